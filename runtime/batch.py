@@ -1,0 +1,70 @@
+"""One scheduler step's batch: which requests run, how many new tokens each, and where logits are
+needed. Built by the scheduler from ``Req`` objects; turned into tensors by the model runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from radixlm.runtime.forward_batch import ForwardMode
+from radixlm.runtime.request import Req
+
+
+@dataclass
+class ReqSlice:
+    """The part of one request computed this step: ``all_ids[start:end]`` with KV written at
+    positions ``start..end-1``. ``sample`` is True when ``end`` reaches the end of the request's
+    tokens (a next token is drawn). Positions ``p`` in ``[logprob_from, logprob_to)`` yield the
+    input logprob of ``all_ids[p + 1]`` (an empty range when none are asked for)."""
+
+    req: Req
+    start: int
+    end: int
+    sample: bool
+    logprob_from: int = 0
+    logprob_to: int = 0
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def logit_positions(self) -> list[int]:
+        """Absolute positions whose logits this step needs."""
+        lo, hi = max(self.logprob_from, self.start), min(self.logprob_to, self.end)
+        positions = list(range(lo, hi)) if lo < hi else []
+        if self.sample and (not positions or positions[-1] != self.end - 1):
+            positions.append(self.end - 1)
+        return positions
+
+
+@dataclass
+class ScheduleBatch:
+    """A prefill (EXTEND) or decode batch. ``out_cache_loc`` holds the slots allocated for the
+    new tokens, in request order (int64 tensor ``[sum of lengths]``)."""
+
+    mode: ForwardMode
+    slices: list[ReqSlice]
+    out_cache_loc: object = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def reqs(self) -> list[Req]:
+        return [s.req for s in self.slices]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.length for s in self.slices)
+
+
+@dataclass
+class StepOutput:
+    """What the model runner returns for one request of a batch (plain Python values).
+
+    next_token_id: sampled token, or ``None`` when the slice did not reach the request's end.
+    next_logprob / next_top: logprob of that token and ``[(logprob, id), ...]`` top entries.
+    input_logprobs: ``{position p: (logprob of all_ids[p+1], top list)}`` for requested positions.
+    """
+
+    next_token_id: int | None = None
+    next_logprob: float | None = None
+    next_top: list[tuple[float, int]] | None = None
+    input_logprobs: dict[int, tuple[float, list[tuple[float, int]] | None]] = field(default_factory=dict)

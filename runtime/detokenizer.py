@@ -1,0 +1,84 @@
+"""Incremental, UTF-8-safe detokenization with stop-string detection.
+
+Uses the prefix/read offset scheme of HF text-generation-inference and vLLM: decode a short window
+of the last tokens and emit only text past what the window decoded to before, holding back output
+while it ends in an incomplete UTF-8 character (U+FFFD).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class IncrementalDetokenizer:
+    """Accumulates the text of one request's generated tokens.
+
+    Args:
+        tokenizer: an HF tokenizer.
+        prompt_ids: the prompt (its last tokens seed the window so the first output word is
+            decoded with the right leading space).
+        skip_special_tokens, spaces_between_special_tokens: passed to ``tokenizer.decode``.
+        stop: stop strings; when one appears, :attr:`matched_stop` is set and the text is cut
+            before it.
+    """
+
+    _WINDOW = 5  # prompt tokens used as decoding context
+
+    def __init__(
+        self,
+        tokenizer,
+        prompt_ids: Sequence[int],
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        stop: Sequence[str] = (),
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = list(prompt_ids[-self._WINDOW :])
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+        self.text = ""
+        self.stop = list(stop)
+        self.matched_stop: str | None = None
+        self._kw = dict(
+            skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens
+        )
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids, **self._kw)
+
+    def append(self, token_id: int) -> str:
+        """Add one generated token; returns the newly final text (may be empty)."""
+        self.ids.append(token_id)
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            new = full[len(prefix) :]
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            return self._add_text(new)
+        return ""
+
+    def _add_text(self, new: str) -> str:
+        if self.matched_stop is not None:
+            return ""
+        old_len = len(self.text)
+        self.text += new
+        if self.stop:
+            # NOTE: a stop string may straddle the previous chunk; search from far enough back.
+            start = max(0, old_len - max(len(s) for s in self.stop) + 1)
+            hits = [(self.text.find(s, start), s) for s in self.stop]
+            hits = [(pos, s) for pos, s in hits if pos >= 0]
+            if hits:
+                pos, s = min(hits)
+                self.matched_stop = s
+                self.text = self.text[:pos]
+                return self.text[old_len:] if pos > old_len else ""
+        return new
+
+    def flush(self) -> str:
+        """At the end: emit any held-back bytes (an incomplete character decodes as U+FFFD)."""
+        if self.read_offset < len(self.ids):
+            prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+            full = self._decode(self.ids[self.prefix_offset :])
+            self.read_offset = len(self.ids)
+            return self._add_text(full[len(prefix) :])
+        return ""

@@ -1,0 +1,280 @@
+"""``radixlm.Engine``: the in-process runtime (no HTTP). A background thread runs the same
+scheduler the server uses; ``generate`` tokenizes, submits, and shapes SGLang-native results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from typing import Any, Iterator
+
+from radixlm.runtime.request import Req
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.server_args import ServerArgs
+from radixlm.runtime.tokenizer import load_tokenizer, make_output
+
+logger = logging.getLogger(__name__)
+
+
+class Engine:
+    """Offline engine over one model.
+
+    Args:
+        model_path: HF model folder; ``None`` uses the embedded tiny default model (created on
+            first use under ``$RADIXLM_CACHE``, default ``~/.cache/radixlm``).
+        **server_args: any :class:`ServerArgs` field (``dtype``, ``device``, ``max_total_tokens``,
+            ``chunked_prefill_size``, ``schedule_policy``, ``disable_radix_cache``, ...).
+    Raises ``TypeError`` for unknown server args and ``ValueError`` for invalid values.
+
+    Thread-safe: ``generate`` may be called from several threads at once. Use as a context
+    manager or call :meth:`shutdown`.
+    """
+
+    def __init__(self, model_path: str | None = None, **server_args: Any) -> None:
+        from radixlm.runtime.model_runner import ModelRunner
+        from radixlm.runtime.tiny_model import default_model_path
+
+        if model_path is None:
+            model_path = server_args.pop("model_path", None) or default_model_path()
+        server_args["model_path"] = model_path
+        self.server_args = ServerArgs.from_kwargs(**server_args)
+        tok_path = self.server_args.tokenizer_path or model_path
+        self.tokenizer, eos_ids = load_tokenizer(tok_path, model_path)
+        self.runner = ModelRunner(self.server_args, model_path, eos_ids)
+        self.scheduler = Scheduler(self.server_args, self.runner, self.tokenizer)
+        self._inbox: queue.Queue = queue.Queue()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="radixlm-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop the scheduler thread; pending requests finish with an abort reason."""
+        if not self._stopped.is_set():
+            self._stopped.set()
+            self._inbox.put(("wake", None))
+            self._thread.join(timeout=30)
+
+    # ------------------------------------------------------ scheduler thread
+    def _loop(self) -> None:
+        sched = self.scheduler
+        while not self._stopped.is_set():
+            try:
+                block = not sched.has_work()
+                while True:
+                    kind, payload = self._inbox.get(block=block, timeout=0.5 if block else None)
+                    block = False
+                    self._handle(kind, payload)
+            except queue.Empty:
+                pass
+            if not sched.has_work():
+                sched.step()  # idle: runs the integrity self-check
+                continue
+            try:
+                touched = sched.step()
+            except Exception as e:  # NOTE: contain the failure to the requests in flight
+                logger.exception("scheduler step failed")
+                touched = self._abort_all(f"internal error: {type(e).__name__}: {e}")
+            for req in touched:
+                req.extra["sink"](req)
+        self._abort_all("engine shut down")
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        if kind == "add":
+            req = payload
+            try:
+                self.scheduler.add_request(req)
+            except Exception as e:
+                req.finish_reason = {"type": "abort", "message": str(e)}
+                req.extra["sink"](req)
+        elif kind == "abort":
+            req = self.scheduler.abort(payload)
+            if req is not None:
+                req.extra["sink"](req)
+        elif kind == "call":
+            fn, box = payload
+            try:
+                box.put((True, fn()))
+            except Exception as e:
+                box.put((False, e))
+
+    def _abort_all(self, message: str) -> list[Req]:
+        sched = self.scheduler
+        reqs = list(sched.waiting) + list(sched.running) + ([sched.chunked_req] if sched.chunked_req else [])
+        out = []
+        for req in reqs:
+            aborted = sched.abort(req.rid, message)
+            if aborted is not None:
+                out.append(aborted)
+        if self._stopped.is_set():
+            for req in out:
+                req.extra["sink"](req)
+            return []
+        return out
+
+    def _call(self, fn):
+        """Run ``fn`` on the scheduler thread and return its result."""
+        box: queue.Queue = queue.Queue()
+        self._inbox.put(("call", (fn, box)))
+        ok, value = box.get()
+        if not ok:
+            raise value
+        return value
+
+    # ------------------------------------------------------------- requests
+    def _make_reqs(self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid):
+        if (prompt is None) == (input_ids is None):
+            raise ValueError("pass exactly one of prompt and input_ids")
+        single = isinstance(prompt, str) if prompt is not None else not (input_ids and isinstance(input_ids[0], list))
+        prompts = ([prompt] if single else list(prompt)) if prompt is not None else None
+        ids_list = ([input_ids] if single else list(input_ids)) if input_ids is not None else None
+        count = len(prompts) if prompts is not None else len(ids_list)
+        sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * count
+        if len(sps) != count:
+            raise ValueError(f"got {len(sps)} sampling_params for {count} prompts")
+        groups = []
+        for i in range(count):
+            sp = SamplingParams.from_dict(sps[i])
+            ids = ids_list[i] if ids_list is not None else self.tokenizer.encode(prompts[i])
+            base = (rid[i] if isinstance(rid, list) else rid) if rid is not None else uuid.uuid4().hex
+            group = []
+            for k in range(sp.n):
+                r = Req(
+                    rid=base if sp.n == 1 else f"{base}-{k}",
+                    origin_input_ids=list(ids),
+                    sampling_params=sp,
+                    return_logprob=bool(return_logprob),
+                    logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
+                    top_logprobs_num=top_logprobs_num or 0,
+                )
+                if sp.seed is not None:
+                    import torch
+
+                    from radixlm.runtime.sampler import make_generator
+
+                    r.extra["generator"] = make_generator(sp.seed + k, self.runner.device)
+                r.extra["t0"] = time.perf_counter()
+                group.append(r)
+            groups.append(group)
+        return single, groups
+
+    def generate(
+        self,
+        prompt: str | list[str] | None = None,
+        sampling_params: dict | list[dict] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int | None = None,
+        stream: bool = False,
+        rid: str | list[str] | None = None,
+        return_text_in_logprobs: bool = False,
+    ) -> dict | list | Iterator[dict]:
+        """Generate for one prompt (str / list of ids) or a batch (list of str / list of lists).
+
+        Returns SGLang-native results ``{"text", "output_ids", "meta_info"}``: a dict for one
+        prompt with ``n == 1``, otherwise a list (prompt-major, then the ``n`` samples). With
+        ``stream=True`` returns an iterator of chunks with the cumulative ``text`` (one prompt only).
+        Raises ``ValueError`` for invalid arguments or sampling params.
+        """
+        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid)
+        reqs = [r for g in groups for r in g]
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream=True takes one prompt with n=1")
+            return self._stream(reqs[0], return_text_in_logprobs)
+        done: queue.Queue = queue.Queue()
+        for r in reqs:
+            r.extra["sink"] = lambda req: done.put(req) if req.finished else None
+            self._inbox.put(("add", r))
+        for _ in reqs:
+            done.get()
+        outs = [make_output(r, self.tokenizer, return_text_in_logprobs) for r in reqs]
+        return outs[0] if single and len(outs) == 1 else outs
+
+    def _stream(self, req: Req, text_in_logprobs: bool) -> Iterator[dict]:
+        q: queue.Queue = queue.Queue()
+        req.extra["sink"] = lambda r: q.put(make_output(r, self.tokenizer, text_in_logprobs))
+        self._inbox.put(("add", req))
+        while True:
+            chunk = q.get()
+            yield chunk
+            if chunk["meta_info"]["finish_reason"] is not None:
+                return
+
+    async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
+                             logprob_start_len=None, top_logprobs_num=None, stream=False, rid=None,
+                             return_text_in_logprobs=False):
+        """Async :meth:`generate`: awaits the result, or with ``stream=True`` returns an async
+        iterator of chunks."""
+        loop = asyncio.get_running_loop()
+        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid)
+        reqs = [r for g in groups for r in g]
+        if stream:
+            if len(reqs) != 1:
+                raise ValueError("stream=True takes one prompt with n=1")
+            return self._astream(reqs[0], return_text_in_logprobs, loop)
+        futures = []
+        for r in reqs:
+            fut = loop.create_future()
+            r.extra["sink"] = lambda req, fut=fut: (
+                loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req)) if req.finished else None
+            )
+            futures.append(fut)
+            self._inbox.put(("add", r))
+        done = await asyncio.gather(*futures)
+        outs = [make_output(r, self.tokenizer, return_text_in_logprobs) for r in done]
+        return outs[0] if single and len(outs) == 1 else outs
+
+    async def _astream(self, req: Req, text_in_logprobs: bool, loop):
+        q: asyncio.Queue = asyncio.Queue()
+        req.extra["sink"] = lambda r: loop.call_soon_threadsafe(q.put_nowait, make_output(r, self.tokenizer, text_in_logprobs))
+        self._inbox.put(("add", req))
+        while True:
+            chunk = await q.get()
+            yield chunk
+            if chunk["meta_info"]["finish_reason"] is not None:
+                return
+
+    # ---------------------------------------------------------------- admin
+    def abort(self, rid: str) -> None:
+        """Abort a queued or running request; it finishes with reason ``abort``."""
+        self._inbox.put(("abort", rid))
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache. Returns False (and does nothing) while requests are in flight."""
+        return self._call(self.scheduler.flush_cache)
+
+    def get_server_info(self) -> dict:
+        """Server args plus live counters (cache hit rate, token counts, pool usage)."""
+        def info():
+            st = self.scheduler.stats
+            return {
+                **{k: v for k, v in vars(self.server_args).items()},
+                "max_total_num_tokens": self.runner.max_total_tokens,
+                "context_length": self.runner.context_len,
+                "cache_hit_rate": st.cache_hit_rate,
+                "prompt_tokens": st.prompt_tokens,
+                "cached_tokens": st.cached_tokens,
+                "generated_tokens": st.generated_tokens,
+                "num_retracted": st.num_retracted,
+                "kv_available_tokens": self.runner.allocator.available_size(),
+                "kv_evictable_tokens": self.scheduler.tree_cache.evictable_size(),
+            }
+        return self._call(info)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.scheduler.stats.cache_hit_rate

@@ -1,0 +1,129 @@
+"""KV-cache memory: the token-granular KV pool, its slot allocator and the req_to_token table.
+
+Layout follows SGLang's token-to-KV pool (RadixAttention paper, Zheng et al. 2024): every token of
+every request owns one *slot*; slot ``s`` of layer ``l`` holds ``k_buffer[l][s]`` and
+``v_buffer[l][s]`` of shape ``[kv_heads, head_dim]``. Slot 0 is reserved for padding and is never
+handed out, so padded positions in a batch can point at it harmlessly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TokenToKVPoolAllocator:
+    """Free-list allocator of KV slots ``1..size`` (slot 0 is the padding slot).
+
+    Args:
+        size: number of usable slots (tokens). The pool buffers hold ``size + 1`` rows.
+        device: device of the index tensors returned by :meth:`alloc`.
+
+    ``alloc`` and ``free`` are O(n) in the number of slots moved. Freed slots are reused.
+    """
+
+    def __init__(self, size: int, device: str | torch.device = "cpu") -> None:
+        if size <= 0:
+            raise ValueError(f"KV pool size must be positive, got {size}")
+        self.size = size
+        self.device = torch.device(device)
+        self.clear()
+
+    def clear(self) -> None:
+        """Mark every slot free."""
+        self._free = torch.arange(1, self.size + 1, dtype=torch.int64)
+
+    def available_size(self) -> int:
+        """Number of free slots."""
+        return int(self._free.numel())
+
+    def free_slots(self) -> torch.Tensor:
+        """The free slots (CPU int64 ``[available_size()]``, a copy) for integrity checks."""
+        return self._free.clone()
+
+    def alloc(self, n: int) -> torch.Tensor | None:
+        """Take ``n`` free slots.
+
+        Returns:
+            int64 tensor ``[n]`` of slot indices on ``self.device``, or ``None`` when fewer than
+            ``n`` slots are free (nothing is taken then).
+        """
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} slots")
+        if n > self._free.numel():
+            return None
+        out, self._free = self._free[:n], self._free[n:]
+        return out.to(self.device)
+
+    def free(self, indices: torch.Tensor) -> None:
+        """Return slots to the free list. ``indices``: int tensor ``[k]``; empty is a no-op."""
+        if indices.numel() == 0:
+            return
+        self._free = torch.cat([self._free, indices.detach().to("cpu", torch.int64).flatten()])
+
+
+class ReqToTokenPool:
+    """Per-request rows of KV slot indices: ``req_to_token[row, pos]`` is the slot of token ``pos``.
+
+    Args:
+        size: maximum number of live requests (rows).
+        max_context_len: row length; a request longer than this cannot be admitted.
+        device: device of the table (int32 on the model's device).
+    """
+
+    def __init__(self, size: int, max_context_len: int, device: str | torch.device = "cpu") -> None:
+        self.size = size
+        self.max_context_len = max_context_len
+        self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32, device=device)
+        self._free_rows = list(range(size))
+
+    def available_size(self) -> int:
+        return len(self._free_rows)
+
+    def alloc(self) -> int | None:
+        """Take one free row index, or ``None`` when all rows are in use."""
+        return self._free_rows.pop() if self._free_rows else None
+
+    def free(self, row: int) -> None:
+        self._free_rows.append(row)
+
+    def write(self, row: int, start: int, indices: torch.Tensor) -> None:
+        """Store slot ``indices`` (``[n]``) at positions ``start .. start+n-1`` of ``row``."""
+        self.req_to_token[row, start : start + indices.numel()] = indices.to(torch.int32)
+
+    def read(self, row: int, end: int, start: int = 0) -> torch.Tensor:
+        """Slot indices (int64 ``[end-start]``) of positions ``start .. end-1`` of ``row``."""
+        return self.req_to_token[row, start:end].to(torch.int64)
+
+
+class KVPool:
+    """Per-layer K and V buffers ``[num_slots + 1, kv_heads, head_dim]`` (row 0 = padding slot).
+
+    Args:
+        num_slots: usable token slots.
+        num_layers, kv_heads, head_dim: model shape.
+        dtype, device: buffer dtype and device.
+    """
+
+    def __init__(
+        self,
+        num_slots: int,
+        num_layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: str | torch.device,
+    ) -> None:
+        self.num_slots = num_slots
+        shape = (num_slots + 1, kv_heads, head_dim)
+        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        """KV bytes one token costs across all layers (K and V)."""
+        return 2 * num_layers * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    def set_kv(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``, ``v`` (``[n, kv_heads, head_dim]``) into slots ``loc`` (``[n]``)."""
+        self.k_buffer[layer][loc] = k.to(self.k_buffer[layer].dtype)
+        self.v_buffer[layer][loc] = v.to(self.v_buffer[layer].dtype)

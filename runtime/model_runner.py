@@ -1,0 +1,170 @@
+"""The model runner: owns the model, the KV pool and the req_to_token table; turns a
+``ScheduleBatch`` into one forward pass, and logits into sampled tokens and logprobs.
+It makes no policy decisions (DESIGN.md §6.2)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+from radixlm.runtime.attention import TorchAttentionBackend
+from radixlm.runtime.batch import ScheduleBatch, StepOutput
+from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
+from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from radixlm.runtime.model_config import ModelConfig
+from radixlm.runtime.model_loader import load_model, resolve_dtype
+from radixlm.runtime.sampler import apply_penalties, block_tokens_before_min, sample
+from radixlm.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
+
+# Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
+# sampling slices in batch.slices) -> None; masks the logits in place.
+LogitsMaskFn = Callable[[torch.Tensor, ScheduleBatch, list[int]], None]
+
+
+class ModelRunner:
+    """Loads ``model_path`` per ``args`` and runs forward passes over the KV pool.
+
+    Attributes: ``model``, ``cfg`` (ModelConfig), ``device``, ``dtype``, ``kv_pool`` (KVPool),
+    ``req_to_token_pool`` (ReqToTokenPool), ``allocator`` (TokenToKVPoolAllocator),
+    ``max_total_tokens`` (KV pool size in tokens), ``context_len``.
+    """
+
+    def __init__(self, args: ServerArgs, model_path: str, eos_token_ids: list[int]) -> None:
+        self.args = args
+        self.device = torch.device(args.resolved_device())
+        self.cfg = ModelConfig.from_pretrained(model_path)
+        self.dtype = resolve_dtype(args.dtype, self.cfg, self.device)
+        self.model = load_model(model_path, self.cfg, self.dtype, self.device, args.load_format, args.random_seed)
+        self.context_len = args.context_length or self.cfg.max_position_embeddings
+        self.eos_token_ids = eos_token_ids
+        self.max_total_tokens = self._kv_pool_size()
+        c = self.cfg
+        self.kv_pool = KVPool(
+            self.max_total_tokens, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype, self.device
+        )
+        self.allocator = TokenToKVPoolAllocator(self.max_total_tokens, self.device)
+        rows = args.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
+        self.req_to_token_pool = ReqToTokenPool(rows, self.context_len + 8, self.device)
+        self.attn_backend = TorchAttentionBackend(c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
+        self.logits_mask_fn: LogitsMaskFn | None = None
+
+    def _kv_pool_size(self) -> int:
+        c = self.cfg
+        per_token = KVPool.bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            used_by_others = total - free
+            budget = total * self.args.mem_fraction_static - used_by_others
+            size = int(budget // per_token)
+            if self.args.max_total_tokens:
+                size = min(size, self.args.max_total_tokens)
+            if size < 16:
+                raise RuntimeError(
+                    f"not enough GPU memory for the KV cache (budget {budget / 2**30:.2f} GiB); "
+                    "raise mem_fraction_static"
+                )
+        else:
+            size = self.args.max_total_tokens or CPU_DEFAULT_MAX_TOTAL_TOKENS
+        logger.info("KV pool: %d tokens (%.1f MiB)", size, size * per_token / 2**20)
+        return size
+
+    # ---------------------------------------------------------------- forward
+    def _forward_batch(self, batch: ScheduleBatch) -> ForwardBatch:
+        dev = self.device
+        ids, pos = [], []
+        for s in batch.slices:
+            ids.extend(s.req.all_ids[s.start : s.end])
+            pos.extend(range(s.start, s.end))
+        rows = [s.req.req_pool_idx for s in batch.slices]
+        seq_lens = [s.end for s in batch.slices]
+        fb = ForwardBatch(
+            mode=batch.mode,
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            positions=torch.tensor(pos, dtype=torch.int64, device=dev),
+            out_cache_loc=batch.out_cache_loc,
+            req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
+            seq_lens_cpu=seq_lens,
+            kv_pool=self.kv_pool,
+            req_to_token=self.req_to_token_pool.req_to_token,
+            attn_backend=self.attn_backend,
+        )
+        if batch.mode == ForwardMode.EXTEND:
+            fb.prefix_lens_cpu = [s.start for s in batch.slices]
+            fb.extend_lens_cpu = [s.length for s in batch.slices]
+            starts = [0]
+            for n in fb.extend_lens_cpu[:-1]:
+                starts.append(starts[-1] + n)
+            fb.prefix_lens = torch.tensor(fb.prefix_lens_cpu, dtype=torch.int64, device=dev)
+            fb.extend_lens = torch.tensor(fb.extend_lens_cpu, dtype=torch.int64, device=dev)
+            fb.extend_start_loc = torch.tensor(starts, dtype=torch.int64, device=dev)
+        return fb
+
+    @torch.inference_mode()
+    def forward_logits(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
+        """Forward ``batch`` (slots already allocated and written to req_to_token).
+
+        Returns fp32 logits ``[N, vocab]`` for the positions each slice needs, and per slice
+        ``(first row in logits, absolute positions)``.
+        """
+        fb = self._forward_batch(batch)
+        hidden = self.model(fb.input_ids, fb.positions, fb)
+        index, offset, per_slice = [], 0, []
+        for s in batch.slices:
+            positions = s.logit_positions()
+            per_slice.append((len(index), positions))
+            index.extend(offset + p - s.start for p in positions)
+            offset += s.length
+        rows = torch.tensor(index, dtype=torch.int64, device=self.device)
+        return self.model.compute_logits(hidden[rows]), per_slice
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduleBatch) -> list[StepOutput]:
+        """Forward ``batch``, sample the requests whose slice reaches their end, and compute the
+        logprobs they asked for."""
+        logits, per_slice = self.forward_logits(batch)
+        return self._postprocess(batch, logits, per_slice)
+
+    def _postprocess(self, batch: ScheduleBatch, logits: torch.Tensor, per_slice) -> list[StepOutput]:
+        outs = [StepOutput() for _ in batch.slices]
+        need_logprobs = any(s.req.return_logprob for s in batch.slices)
+        logprobs = torch.log_softmax(logits, dim=-1) if need_logprobs else None
+        # Input logprobs: logits at position p score token all_ids[p + 1].
+        for out, s, (row0, positions) in zip(outs, batch.slices, per_slice):
+            for j, p in enumerate(positions):
+                if s.logprob_from <= p < s.logprob_to and logprobs is not None:
+                    out.input_logprobs[p] = self._logprob_entry(logprobs[row0 + j], s.req.all_ids[p + 1], s.req.top_logprobs_num)
+        # Sampling rows: the last logits row of every slice that samples.
+        sample_slices = [i for i, s in enumerate(batch.slices) if s.sample]
+        if not sample_slices:
+            return outs
+        rows = torch.tensor([per_slice[i][0] + len(per_slice[i][1]) - 1 for i in sample_slices], device=self.device)
+        reqs = [batch.slices[i].req for i in sample_slices]
+        next_logits = logits[rows].clone()
+        apply_penalties(next_logits, reqs)
+        block_tokens_before_min(next_logits, reqs, self.eos_token_ids)
+        if self.logits_mask_fn is not None:
+            self.logits_mask_fn(next_logits, batch, sample_slices)
+        next_ids = sample(next_logits, reqs, self.generator).tolist()
+        for k, i in enumerate(sample_slices):
+            out = outs[i]
+            out.next_token_id = next_ids[k]
+            if reqs[k].return_logprob and logprobs is not None:
+                lp, top = self._logprob_entry(logprobs[rows[k]], next_ids[k], reqs[k].top_logprobs_num)
+                out.next_logprob, out.next_top = lp, top
+        return outs
+
+    @staticmethod
+    def _logprob_entry(row: torch.Tensor, token: int, top_n: int):
+        lp = float(row[token])
+        if top_n and top_n > 0:
+            vals, ids = row.topk(min(top_n, row.shape[-1]))
+            return lp, list(zip(vals.tolist(), ids.tolist()))
+        return lp, None

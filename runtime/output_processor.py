@@ -1,0 +1,87 @@
+"""Per-step bookkeeping of results: append sampled tokens, collect logprobs, detokenize
+incrementally and decide when a request finishes (EOS, stop ids, stop strings, length)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from radixlm.runtime.batch import ReqSlice, StepOutput
+from radixlm.runtime.detokenizer import IncrementalDetokenizer
+from radixlm.runtime.request import Req
+
+
+class OutputProcessor:
+    """Applies one step's :class:`StepOutput` to its request.
+
+    Per request it keeps (in ``req.extra``): ``detok`` (IncrementalDetokenizer), ``logprob_start``
+    (absolute position of the first input-logprob entry), ``input_logprobs`` and
+    ``output_logprobs`` lists of ``(logprob | None, token_id, top | None)``.
+    """
+
+    def __init__(self, tokenizer, eos_token_ids: Sequence[int], context_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.eos = set(eos_token_ids)
+        self.context_len = context_len
+
+    def init_req(self, req: Req) -> None:
+        sp = req.sampling_params
+        prompt_len = len(req.origin_input_ids)
+        start = req.logprob_start_len
+        if start is None or start < 0:
+            start = prompt_len - 1 if sp.max_new_tokens > 0 else prompt_len
+        req.extra["logprob_start"] = min(start, prompt_len)
+        req.extra["input_logprobs"] = []
+        req.extra["output_logprobs"] = []
+        req.extra["detok"] = IncrementalDetokenizer(
+            self.tokenizer,
+            req.origin_input_ids,
+            sp.skip_special_tokens,
+            sp.spaces_between_special_tokens,
+            sp.stop,
+        )
+
+    def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
+        """Record ``out``; returns the finish reason dict when the request is done, else None."""
+        if req.return_logprob and not req.extra.get("input_logprobs_done"):
+            self._collect_input_logprobs(req, s, out)
+        token = out.next_token_id
+        if token is None:
+            if s.end >= len(req.all_ids) and req.sampling_params.max_new_tokens <= len(req.output_ids):
+                return {"type": "length", "length": len(req.output_ids)}
+            return None
+        req.output_ids.append(token)
+        if req.return_logprob:
+            req.extra["output_logprobs"].append((out.next_logprob, token, out.next_top))
+        return self._check_finish(req, token)
+
+    def _collect_input_logprobs(self, req: Req, s: ReqSlice, out: StepOutput) -> None:
+        entries = req.extra["input_logprobs"]
+        start = req.extra["logprob_start"]
+        if s.start <= start < s.end and start < len(req.origin_input_ids):
+            entries.append((None, req.origin_input_ids[start], None))
+        for p in sorted(out.input_logprobs):
+            lp, top = out.input_logprobs[p]
+            entries.append((lp, req.origin_input_ids[p + 1], top))
+
+    def _check_finish(self, req: Req, token: int) -> dict | None:
+        sp = req.sampling_params
+        detok: IncrementalDetokenizer = req.extra["detok"]
+        detok.append(token)
+        if token in sp.stop_token_ids:
+            return {"type": "stop", "matched": token}
+        if token in self.eos and not sp.ignore_eos:
+            return {"type": "stop", "matched": token}
+        if detok.matched_stop is not None:
+            return {"type": "stop", "matched": detok.matched_stop}
+        grammar = req.extra.get("grammar_matcher")
+        if grammar is not None and grammar.is_terminated():
+            return {"type": "stop", "matched": None}
+        if len(req.output_ids) >= sp.max_new_tokens:
+            return {"type": "length", "length": sp.max_new_tokens}
+        if len(req.all_ids) >= self.context_len:
+            return {"type": "length", "length": len(req.output_ids)}
+        return None
+
+    def finish(self, req: Req) -> None:
+        """Flush held-back text at the end of a request."""
+        req.extra["detok"].flush()

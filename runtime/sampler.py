@@ -1,0 +1,82 @@
+"""Turn next-token logits into tokens: penalties, temperature, top-k/top-p/min-p, seeded sampling.
+
+Runs on whatever device the logits live on. Greedy rows (temperature < 1e-6) take the argmax and
+draw no random numbers, so their output never depends on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from radixlm.runtime.request import Req
+
+
+def apply_penalties(logits: torch.Tensor, reqs: Sequence[Req]) -> None:
+    """In place on fp32 ``[B, V]``: OpenAI frequency/presence penalties over the generated tokens,
+    and the CTRL repetition penalty (Keskar et al. 2019, HF semantics) over prompt + generated."""
+    vocab = logits.shape[1]
+    for i, r in enumerate(reqs):
+        sp = r.sampling_params
+        if (sp.frequency_penalty or sp.presence_penalty) and r.output_ids:
+            out = torch.tensor(r.output_ids, device=logits.device)
+            counts = torch.bincount(out[out < vocab], minlength=vocab).to(logits.dtype)
+            logits[i] -= sp.frequency_penalty * counts + sp.presence_penalty * (counts > 0).to(logits.dtype)
+        if sp.repetition_penalty != 1.0:
+            ids = torch.tensor(sorted(set(r.all_ids)), device=logits.device)
+            ids = ids[ids < vocab]
+            vals = logits[i, ids]
+            logits[i, ids] = torch.where(vals > 0, vals / sp.repetition_penalty, vals * sp.repetition_penalty)
+
+
+def block_tokens_before_min(logits: torch.Tensor, reqs: Sequence[Req], eos_ids: Sequence[int]) -> None:
+    """Forbid EOS and ``stop_token_ids`` while fewer than ``min_new_tokens`` were generated."""
+    for i, r in enumerate(reqs):
+        sp = r.sampling_params
+        if len(r.output_ids) < sp.min_new_tokens:
+            banned = [t for t in list(eos_ids) + list(sp.stop_token_ids) if t < logits.shape[1]]
+            if banned:
+                logits[i, banned] = float("-inf")
+
+
+def _filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Zero out probabilities outside top-k / top-p (nucleus, Holtzman et al. 2020) / min-p."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
+    keep = rank < top_k[:, None]
+    cum = sorted_p.cumsum(-1)
+    keep &= (cum - sorted_p) < top_p[:, None]  # always keeps the first token
+    keep &= sorted_p >= min_p[:, None] * sorted_p[:, :1]
+    sorted_p = sorted_p * keep
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+
+
+def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pick one token per row of fp32 ``logits [B, V]`` (already penalized and masked).
+
+    Seeded requests draw from their own ``torch.Generator`` kept in ``req.extra["generator"]``;
+    the others from ``generator``. Returns int64 ``[B]`` on the logits' device.
+    """
+    b, vocab = logits.shape
+    greedy = torch.tensor([r.sampling_params.is_greedy for r in reqs], device=logits.device)
+    out = logits.argmax(dim=-1)
+    if bool(greedy.all()):
+        return out
+    sp = [r.sampling_params for r in reqs]
+    temp = torch.tensor([max(p.temperature, 1e-6) for p in sp], device=logits.device, dtype=logits.dtype)
+    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in sp], device=logits.device)
+    top_p = torch.tensor([p.top_p for p in sp], device=logits.device, dtype=logits.dtype)
+    min_p = torch.tensor([p.min_p for p in sp], device=logits.device, dtype=logits.dtype)
+    probs = _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
+    for i, r in enumerate(reqs):
+        if greedy[i]:
+            continue
+        gen = r.extra.get("generator", generator)
+        out[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
+    return out
+
+
+def make_generator(seed: int, device: torch.device) -> torch.Generator:
+    """A generator for one seeded request."""
+    return torch.Generator(device=device).manual_seed(seed)

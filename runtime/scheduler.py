@@ -1,0 +1,298 @@
+"""Iteration-level continuous batching (Orca, Yu et al. 2022; SGLang's scheduler).
+
+Each :meth:`Scheduler.step` picks one batch: a prefill (EXTEND) batch when waiting requests can be
+admitted — matched against the prefix cache, chunked by ``chunked_prefill_size`` — otherwise a
+decode batch of all running requests. When decode runs out of KV slots it first evicts cached
+prefixes, then retracts (preempts and requeues) the requests holding the most KV. The scheduler
+never touches model tensors; KV slot handles go through the allocator and the prefix cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from radixlm.radix import NoOpPrefixCache, PrefixCache, RadixCache
+from radixlm.runtime.batch import ReqSlice, ScheduleBatch, StepOutput
+from radixlm.runtime.forward_batch import ForwardMode
+from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.output_processor import OutputProcessor
+from radixlm.runtime.request import Req, ReqStatus
+from radixlm.runtime.schedule_policy import SchedulePolicy
+from radixlm.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# Share of running requests' remaining max_new_tokens kept free at admission (SGLang's
+# "new token ratio"): starts high, decays every decode step, is raised after a retraction.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.1
+NEW_TOKEN_RATIO_DECAY = 0.001
+
+
+@dataclass
+class SchedulerStats:
+    """Counters the engine and the metrics endpoint report."""
+
+    num_prefill_batches: int = 0
+    num_decode_batches: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    num_retracted: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+class Scheduler:
+    """Owns the waiting queue, the running batch and the prefix cache of one model runner.
+
+    Not thread-safe: the engine calls :meth:`add_request` and :meth:`step` from one thread.
+    """
+
+    def __init__(self, args: ServerArgs, runner: ModelRunner, tokenizer) -> None:
+        self.args = args
+        self.runner = runner
+        self.allocator = runner.allocator
+        self.req_to_token_pool = runner.req_to_token_pool
+        if args.disable_radix_cache:
+            self.tree_cache: PrefixCache = NoOpPrefixCache(self.allocator, req_to_token_pool=self.req_to_token_pool)
+        else:
+            self.tree_cache = RadixCache(self.allocator, page_size=args.page_size, req_to_token_pool=self.req_to_token_pool)
+        self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache)
+        self.output_processor = OutputProcessor(tokenizer, runner.eos_token_ids, runner.context_len)
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self.chunked_req: Req | None = None
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.stats = SchedulerStats()
+
+    # ------------------------------------------------------------------ API
+    def add_request(self, req: Req) -> None:
+        """Queue a request. Raises ``ValueError`` when it can never fit the context or KV pool."""
+        total = len(req.origin_input_ids) + req.sampling_params.max_new_tokens
+        if len(req.origin_input_ids) == 0:
+            raise ValueError("the prompt is empty")
+        if len(req.origin_input_ids) >= self.runner.context_len:
+            raise ValueError(
+                f"the prompt has {len(req.origin_input_ids)} tokens; the context length is {self.runner.context_len}"
+            )
+        if len(req.origin_input_ids) + 1 > self.allocator.size:
+            raise ValueError(f"the prompt needs more KV slots than the pool has ({self.allocator.size})")
+        req.extra.setdefault("max_total", min(total, self.runner.context_len))
+        self.output_processor.init_req(req)
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked_req)
+
+    def abort(self, rid: str, message: str = "aborted") -> Req | None:
+        """Abort a request wherever it is; returns it (finished) or ``None`` when unknown."""
+        for queue in (self.waiting, self.running):
+            for req in queue:
+                if req.rid == rid:
+                    queue.remove(req)
+                    self._finish(req, {"type": "abort", "message": message}, holds_kv=queue is self.running)
+                    return req
+        if self.chunked_req is not None and self.chunked_req.rid == rid:
+            req, self.chunked_req = self.chunked_req, None
+            self._finish(req, {"type": "abort", "message": message}, holds_kv=True)
+            return req
+        return None
+
+    def step(self) -> list[Req]:
+        """Run one batch; returns the requests that produced output or finished this step."""
+        batch = self._get_prefill_batch()
+        if batch is None and self.running:
+            batch = self._get_decode_batch()
+        if batch is None:
+            self._idle_check()
+            return []
+        outs = self.runner.run(batch)
+        return self._process(batch, outs)
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; refused (False) while any request is queued or running."""
+        if self.has_work():
+            return False
+        self.tree_cache.reset()
+        return True
+
+    # ------------------------------------------------------------ admission
+    def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
+        remaining = sum(max(r.sampling_params.max_new_tokens - len(r.output_ids), 0) for r in reqs)
+        return int(remaining * self.new_token_ratio)
+
+    def _available(self) -> int:
+        return self.allocator.available_size() + self.tree_cache.evictable_size()
+
+    def _alloc(self, n: int):
+        if self.allocator.available_size() < n:
+            self.tree_cache.evict(n - self.allocator.available_size())
+        return self.allocator.alloc(n)
+
+    def _match_cap(self, req: Req) -> int:
+        cap = len(req.all_ids) - 1  # the last token is always recomputed so its logits exist
+        if req.return_logprob and not req.extra.get("input_logprobs_done"):
+            cap = min(cap, req.extra["logprob_start"])
+        return cap
+
+    def _get_prefill_batch(self) -> ScheduleBatch | None:
+        if not self.waiting and self.chunked_req is None:
+            return None
+        budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
+        slices: list[ReqSlice] = []
+        admitted: list[Req] = []
+        if self.chunked_req is not None:  # an unfinished chunked prefill goes first
+            req, self.chunked_req = self.chunked_req, None
+            s = self._slice(req, budget)
+            if s is None:
+                self.chunked_req = req
+                return None
+            slices.append(s)
+            budget -= s.length
+        self.policy.calc_priority(self.waiting)
+        num_running = len(self.running) + len(slices)
+        for req in list(self.waiting):
+            if budget <= 0 or self.chunked_req is not None:
+                break
+            if num_running + len(admitted) >= self.args.max_running_requests:
+                break
+            if req.extra.get("deprioritized") and admitted:
+                continue
+            if not self._admit(req, budget, admitted):
+                break
+            self.waiting.remove(req)
+            admitted.append(req)
+            s = self._slice(req, budget)
+            assert s is not None
+            slices.append(s)
+            budget -= s.length
+        if not slices:
+            return None
+        return self._finalize(ScheduleBatch(ForwardMode.EXTEND, slices))
+
+    def _admit(self, req: Req, budget: int, admitted: list[Req]) -> bool:
+        """Match the prefix, lock it, take a req_to_token row. False when KV is short."""
+        match = self.tree_cache.match_prefix(req.all_ids[: self._match_cap(req)])
+        prefix_len = len(match.indices)
+        extend = len(req.all_ids) - prefix_len
+        need = min(extend, budget) + self._reserved_decode_tokens(self.running + admitted + [req])
+        self.tree_cache.inc_lock_ref(match.last_node)
+        if need > self._available() or self.req_to_token_pool.available_size() == 0:
+            self.tree_cache.dec_lock_ref(match.last_node)
+            return False
+        req.req_pool_idx = self.req_to_token_pool.alloc()
+        self.req_to_token_pool.write(req.req_pool_idx, 0, match.indices)
+        req.prefix_indices, req.last_node, req.kv_len = match.indices, match.last_node, prefix_len
+        if not req.extra.get("admitted_once"):
+            req.extra["admitted_once"] = True
+            req.cached_tokens = prefix_len
+            self.stats.prompt_tokens += len(req.origin_input_ids)
+            self.stats.cached_tokens += prefix_len
+        req.status = ReqStatus.RUNNING
+        return True
+
+    def _slice(self, req: Req, budget: int) -> ReqSlice | None:
+        """The next part of ``req``'s prefill within ``budget`` new tokens, slots allocated."""
+        total = len(req.all_ids)
+        end = min(total, req.kv_len + budget)
+        if end <= req.kv_len:
+            return None
+        slots = self._alloc(end - req.kv_len)
+        if slots is None:
+            return None
+        self.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
+        done = req.extra.get("input_logprobs_done") or not req.return_logprob
+        lp_from, lp_to = (0, 0) if done else (req.extra["logprob_start"], len(req.origin_input_ids) - 1)
+        sample = end == total and req.sampling_params.max_new_tokens > len(req.output_ids)
+        s = ReqSlice(req, req.kv_len, end, sample, lp_from, lp_to)
+        s.req.extra["_slots"] = slots
+        return s
+
+    def _finalize(self, batch: ScheduleBatch) -> ScheduleBatch:
+        import torch
+
+        slots = [s.req.extra.pop("_slots") for s in batch.slices]
+        batch.out_cache_loc = torch.cat(slots) if slots else None
+        return batch
+
+    # --------------------------------------------------------------- decode
+    def _get_decode_batch(self) -> ScheduleBatch | None:
+        need = len(self.running)
+        if self._available() < need:
+            self._retract(need)
+        slices = []
+        for req in self.running:
+            slots = self._alloc(1)
+            assert slots is not None, "KV accounting error: decode slot unavailable after retraction"
+            self.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
+            s = ReqSlice(req, req.kv_len, req.kv_len + 1, True)
+            req.extra["_slots"] = slots
+            slices.append(s)
+        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+        return self._finalize(ScheduleBatch(ForwardMode.DECODE, slices)) if slices else None
+
+    def _retract(self, need: int) -> None:
+        """Preempt running requests, largest KV first, until ``need`` slots can be had."""
+        victims = sorted(self.running, key=lambda r: (r.kv_len, -r.arrival), reverse=True)
+        for req in victims:
+            if self._available() >= len(self.running) or len(self.running) == 1:
+                break
+            self.running.remove(req)
+            self.tree_cache.cache_finished_req(req)
+            req.kv_len, req.status = 0, ReqStatus.WAITING
+            self.waiting.insert(0, req)
+            self.stats.num_retracted += 1
+            logger.info("retracted request %s (%d tokens) to free KV", req.rid, len(req.all_ids))
+        self.new_token_ratio = min(1.0, self.new_token_ratio + 0.2)
+
+    # ------------------------------------------------------------- results
+    def _process(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
+        if batch.mode == ForwardMode.EXTEND:
+            self.stats.num_prefill_batches += 1
+        else:
+            self.stats.num_decode_batches += 1
+        touched = []
+        for s, out in zip(batch.slices, outs):
+            req = s.req
+            req.kv_len = s.end
+            reason = self.output_processor.process(req, s, out)
+            if out.next_token_id is not None:
+                self.stats.generated_tokens += 1
+            if s.end >= len(req.origin_input_ids):
+                req.extra["input_logprobs_done"] = True
+            if reason is not None:
+                if req in self.running:
+                    self.running.remove(req)
+                self._finish(req, reason, holds_kv=True)
+            elif not s.sample and s.end < len(req.all_ids):
+                self.tree_cache.cache_unfinished_req(req)
+                self.chunked_req = req
+            elif batch.mode == ForwardMode.EXTEND:
+                self.running.append(req)
+            touched.append(req)
+        return touched
+
+    def _finish(self, req: Req, reason: dict, holds_kv: bool) -> None:
+        if holds_kv and req.req_pool_idx is not None:
+            self.tree_cache.cache_finished_req(req)
+        req.finish_reason = reason
+        req.status = ReqStatus.FINISHED
+        self.output_processor.finish(req)
+
+    def _idle_check(self) -> None:
+        if self.has_work():
+            return
+        problems = self.tree_cache.check_integrity()
+        if problems:
+            logger.error(
+                "KV cache integrity check failed: %s (free=%d evictable=%d protected=%d size=%d)",
+                "; ".join(problems),
+                self.allocator.available_size(),
+                self.tree_cache.evictable_size(),
+                self.tree_cache.protected_size(),
+                self.allocator.size,
+            )

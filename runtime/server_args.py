@@ -1,0 +1,80 @@
+"""Engine and server configuration: one frozen dataclass; CLI defaults read its defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Everything that configures an Engine or a server.
+
+    Attributes:
+        model_path: HF model folder; ``None`` means the embedded tiny default model.
+        tokenizer_path: defaults to ``model_path``.
+        dtype: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32``, ``bfloat16``, ``float16``.
+        device: ``auto`` (cuda when available), ``cpu`` or ``cuda``.
+        load_format: ``auto`` (safetensors) or ``dummy`` (random weights from config.json).
+        mem_fraction_static: fraction of GPU memory for weights + KV pool (CUDA).
+        max_total_tokens: KV pool size in tokens; required on CPU (default 16384 there).
+        chunked_prefill_size: max new tokens in one prefill batch; a longer prompt is split.
+        max_prefill_tokens: token budget of one prefill batch (new tokens of all its requests).
+        max_running_requests: cap on concurrently running requests.
+        context_length: max prompt + output tokens; defaults to the model's max_position_embeddings.
+        schedule_policy: one of lpm, dfs-weight, fcfs, lof, random.
+        disable_radix_cache: use the no-op prefix cache.
+        page_size: tokens per KV page in the prefix cache (1 = token granular).
+        random_seed: seeds unseeded sampling.
+    Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
+    """
+
+    model_path: str | None = None
+    tokenizer_path: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    load_format: str = "auto"
+    mem_fraction_static: float = 0.85
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    max_running_requests: int = 256
+    context_length: int | None = None
+    schedule_policy: str = "lpm"
+    disable_radix_cache: bool = False
+    page_size: int = 1
+    random_seed: int = 0
+    enable_jump_forward: bool = False
+    grammar_compile_timeout_s: float = 30.0
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
+        if not 0 < self.mem_fraction_static < 1:
+            raise ValueError("mem_fraction_static must be in (0, 1)")
+        for name in ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.max_total_tokens is not None and self.max_total_tokens < 2:
+            raise ValueError("max_total_tokens must be >= 2")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "ServerArgs":
+        """Build from keyword arguments; raises ``TypeError`` naming unknown ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown server args: {unknown}")
+        return cls(**kwargs)
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"

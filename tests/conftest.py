@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny random-weight models of every architecture, built offline per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Point RADIXLM_CACHE at a session directory so the default model is built fresh."""
+    if "RADIXLM_CACHE" not in os.environ:
+        os.environ["RADIXLM_CACHE"] = str(tmp_path_factory.mktemp("radixlm-cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, str]:
+    """``{arch: path}`` of tiny models for every architecture (built once per session)."""
+    from radixlm.runtime.tiny_model import make_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {arch: make_tiny_model(str(root / arch), arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models) -> str:
+    return tiny_models["llama"]
