@@ -45,7 +45,7 @@ class Engine:
         server_args["model_path"] = model_path
         self.server_args = ServerArgs.from_kwargs(**server_args)
         tok_path = self.server_args.tokenizer_path or model_path
-        self.tokenizer, eos_ids = load_tokenizer(tok_path, model_path)
+        self.tokenizer, eos_ids = load_tokenizer(tok_path, model_path, self.server_args.skip_tokenizer_init)
         self.runner = ModelRunner(self.server_args, model_path, eos_ids)
         self.scheduler = Scheduler(self.server_args, self.runner, self.tokenizer)
         self._inbox: queue.Queue = queue.Queue()
@@ -147,6 +147,8 @@ class Engine:
         groups = []
         for i in range(count):
             sp = SamplingParams.from_dict(sps[i])
+            if ids_list is None and self.tokenizer is None:
+                raise ValueError("this engine has no tokenizer (skip_tokenizer_init): pass input_ids")
             ids = ids_list[i] if ids_list is not None else self.tokenizer.encode(prompts[i])
             base = (rid[i] if isinstance(rid, list) else rid) if rid is not None else uuid.uuid4().hex
             group = []

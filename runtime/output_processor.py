@@ -32,6 +32,9 @@ class OutputProcessor:
         req.extra["logprob_start"] = min(start, prompt_len)
         req.extra["input_logprobs"] = []
         req.extra["output_logprobs"] = []
+        if self.tokenizer is None:  # skip_tokenizer_init: ids only
+            req.extra["detok"] = None
+            return
         req.extra["detok"] = IncrementalDetokenizer(
             self.tokenizer,
             req.origin_input_ids,
@@ -65,13 +68,14 @@ class OutputProcessor:
 
     def _check_finish(self, req: Req, token: int) -> dict | None:
         sp = req.sampling_params
-        detok: IncrementalDetokenizer = req.extra["detok"]
-        detok.append(token)
+        detok: IncrementalDetokenizer | None = req.extra["detok"]
+        if detok is not None:
+            detok.append(token)
         if token in sp.stop_token_ids:
             return {"type": "stop", "matched": token}
         if token in self.eos and not sp.ignore_eos:
             return {"type": "stop", "matched": token}
-        if detok.matched_stop is not None:
+        if detok is not None and detok.matched_stop is not None:
             return {"type": "stop", "matched": detok.matched_stop}
         grammar = req.extra.get("grammar_matcher")
         if grammar is not None and grammar.is_terminated():
@@ -84,4 +88,5 @@ class OutputProcessor:
 
     def finish(self, req: Req) -> None:
         """Flush held-back text at the end of a request."""
-        req.extra["detok"].flush()
+        if req.extra.get("detok") is not None:
+            req.extra["detok"].flush()

@@ -28,6 +28,8 @@ class ServerArgs:
         disable_radix_cache: use the no-op prefix cache.
         page_size: tokens per KV page in the prefix cache (1 = token granular).
         random_seed: seeds unseeded sampling.
+        skip_tokenizer_init: load no tokenizer (e.g. a config-only dummy model); requests must
+            pass ``input_ids`` and get no text or stop strings.
     Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
     """
 
@@ -49,6 +51,7 @@ class ServerArgs:
     enable_jump_forward: bool = False
     grammar_compile_timeout_s: float = 30.0
     log_level: str = "warning"
+    skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in SCHEDULE_POLICIES:

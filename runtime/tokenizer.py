@@ -9,12 +9,12 @@ import time
 from radixlm.runtime.request import Req
 
 
-def load_tokenizer(tokenizer_path: str, model_path: str):
-    """Load the HF tokenizer and gather EOS ids from the tokenizer, ``config.json`` and
-    ``generation_config.json``. Returns ``(tokenizer, eos_token_ids)``."""
+def load_tokenizer(tokenizer_path: str, model_path: str, skip: bool = False):
+    """Load the HF tokenizer (``None`` when ``skip``) and gather EOS ids from the tokenizer,
+    ``config.json`` and ``generation_config.json``. Returns ``(tokenizer, eos_token_ids)``."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    tok = None if skip else AutoTokenizer.from_pretrained(tokenizer_path)
     eos: list[int] = []
     for name in ("config.json", "generation_config.json"):
         path = os.path.join(model_path, name)
@@ -22,14 +22,14 @@ def load_tokenizer(tokenizer_path: str, model_path: str):
             with open(path) as f:
                 value = json.load(f).get("eos_token_id")
             eos.extend(value if isinstance(value, list) else ([] if value is None else [value]))
-    if tok.eos_token_id is not None:
+    if tok is not None and tok.eos_token_id is not None:
         eos.append(tok.eos_token_id)
     return tok, sorted(set(eos))
 
 
 def _entries(tokenizer, items, with_text: bool) -> tuple[list, list]:
     """(logprob, id, top) tuples -> ([lp, id, text], top lists of [lp, id, text])."""
-    text = (lambda i: tokenizer.decode([i])) if with_text else (lambda i: None)
+    text = (lambda i: tokenizer.decode([i])) if with_text and tokenizer is not None else (lambda i: None)
     main, tops = [], []
     for lp, tid, top in items:
         main.append([lp, tid, text(tid)])

@@ -1,0 +1,227 @@
+"""The FastAPI app: shared plumbing (JSON parsing, errors, API key, /metrics) and the
+SGLang-native endpoints of DESIGN.md §3.2. The OpenAI routes live in :mod:`.http_openai`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from radixlm.runtime.server.protocol import (
+    AbortReqInput, DetokenizeReqInput, GenerateReqInput, TokenizeReqInput,
+)
+from radixlm.runtime.server.tokenizer_manager import GenSpec, RequestError, TokenizerManager
+
+logger = logging.getLogger("radixlm.http")
+M = TypeVar("M", bound=BaseModel)
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def error_body(message: str, status: int, param: str | None = None) -> dict:
+    """OpenAI-style error object (also the native API's ``{"error": {"message": ...}}``)."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    """Parse the JSON body into ``model``; raises RequestError(400) naming the bad field."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"malformed JSON body: {e}") from None
+    if not isinstance(data, dict):
+        raise RequestError("the JSON body must be an object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        # NOTE: drop union-member tags (class names, "list[...]") so the path names the field
+        loc = ".".join(str(x) for x in first["loc"] if not (isinstance(x, str) and (x[:1].isupper() or "[" in x)))
+        raise RequestError(f"{loc}: {first['msg']} (got {first.get('input')!r:.80})".replace("\n", " "),
+                           param=loc) from None
+
+
+def sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _as_list(value, count: int, name: str) -> list:
+    if isinstance(value, list):
+        if len(value) != count:
+            raise RequestError(f"{name} has {len(value)} entries for {count} prompts", param=name)
+        return value
+    return [value] * count
+
+
+def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[list[GenSpec], bool]:
+    """Normalize a ``/generate`` body into per-prompt specs; returns ``(specs, single)``."""
+    if (body.text is None) == (body.input_ids is None):
+        raise RequestError("pass exactly one of text and input_ids", param="text")
+    if body.text is not None:
+        single = isinstance(body.text, str)
+        prompts = [tm.encode(t) for t in ([body.text] if single else body.text)]
+    else:
+        ids = body.input_ids
+        single = not (ids and isinstance(ids[0], list))
+        prompts = [list(ids)] if single else [list(x) for x in ids]
+    n = len(prompts)
+    if n == 0:
+        raise RequestError("the batch is empty", param="text")
+    sps = _as_list(body.sampling_params, n, "sampling_params")
+    lps = _as_list(body.return_logprob, n, "return_logprob")
+    starts = _as_list(body.logprob_start_len, n, "logprob_start_len")
+    tops = _as_list(body.top_logprobs_num, n, "top_logprobs_num")
+    if isinstance(body.rid, list):
+        rids = _as_list(body.rid, n, "rid")
+    else:
+        rids = [body.rid if n == 1 or body.rid is None else f"{body.rid}-{i}" for i in range(n)]
+    return [
+        GenSpec(prompts[i], sps[i].model_dump(exclude_none=True) if sps[i] is not None else {}, bool(lps[i]),
+                starts[i], tops[i], body.return_text_in_logprobs, rids[i])
+        for i in range(n)
+    ], single
+
+
+def _api_key_middleware(app: FastAPI, api_key: str) -> None:
+    @app.middleware("http")
+    async def check_key(request: Request, call_next):
+        if request.url.path != "/health" and request.headers.get("authorization", "") != f"Bearer {api_key}":
+            return JSONResponse(error_body("invalid or missing API key", 401), status_code=401)
+        return await call_next(request)
+
+
+def create_app(tm: TokenizerManager) -> FastAPI:
+    """The HTTP app over ``tm``: native routes, OpenAI routes and ``/metrics``."""
+    from radixlm.runtime.server.http_openai import add_openai_routes
+
+    app = FastAPI(title="radixlm", openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.tm = tm
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request: Request, exc: RequestError):
+        return JSONResponse(error_body(exc.message, exc.status, exc.param), status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def on_exception(request: Request, exc: Exception):  # NOTE: contained to one request
+        logger.exception("error serving %s", request.url.path)
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", 500), status_code=500)
+
+    if tm.config.api_key:
+        _api_key_middleware(app, tm.config.api_key)
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request):
+        body = await parse_body(request, GenerateReqInput)
+        specs, single = native_specs(body, tm)
+        states, queue = await tm.submit(specs)
+        if body.stream:
+            async def events():
+                try:
+                    async for st in tm.updates(states, queue, request):
+                        out = st.result()
+                        if len(states) > 1:
+                            out["index"] = st.index
+                        reason = st.finish_reason or {}
+                        if reason.get("status_code") == 400 and not st.output_ids:
+                            yield sse({"error": {"message": reason.get("message", "bad request")}})
+                        else:
+                            yield sse(out)
+                    yield "data: [DONE]\n\n"
+                finally:
+                    tm.abort_unfinished(states)
+            return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+        await tm.wait_all(states, queue, request)
+        outs = [s.result() for s in states]
+        return outs[0] if single and len(outs) == 1 else outs
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate(request: Request):
+        spec = GenSpec(tm.encode("ok")[:1] or [0], {"max_new_tokens": 1, "temperature": 0.0})
+        states, queue = await tm.submit([spec])
+        try:
+            await asyncio.wait_for(tm.wait_all(states, queue, request), timeout=30)
+        except asyncio.TimeoutError:
+            return JSONResponse(error_body("generation timed out", 503), status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def model_info():
+        cfg = tm.config
+        return {"model_path": cfg.model_path, "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
+                "is_generation": True, "served_model_name": tm.model_name,
+                "context_length": tm.context_len, "max_total_tokens": tm.max_total_tokens}
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def server_info():
+        info = await tm.control("server_info")
+        return {**{k: v for k, v in vars(tm.config).items() if k != "api_key"}, **info,
+                "served_model_name": tm.model_name, "version": _version()}
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        for _ in range(20):  # NOTE: refused while requests are in flight; give them a moment
+            if await tm.control("flush_cache"):
+                return PlainTextResponse("Cache flushed.\n")
+            await asyncio.sleep(0.1)
+        return JSONResponse(error_body("cache not flushed: requests are in flight", 400), status_code=400)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        body = await parse_body(request, AbortReqInput)
+        if body.abort_all:
+            tm.abort_all()
+        elif body.rid:
+            tm.abort(body.rid)
+        else:
+            raise RequestError("pass rid or abort_all", param="rid")
+        return Response(status_code=200)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await parse_body(request, TokenizeReqInput)
+        enc = lambda t: tm.tokenizer.encode(t, add_special_tokens=body.add_special_tokens)  # noqa: E731
+        if isinstance(body.prompt, str):
+            ids = enc(body.prompt)
+            return {"tokens": ids, "count": len(ids), "max_model_len": tm.context_len}
+        ids = [enc(p) for p in body.prompt]
+        return {"tokens": ids, "count": [len(x) for x in ids], "max_model_len": tm.context_len}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await parse_body(request, DetokenizeReqInput)
+        vocab = tm.info.get("vocab_size") or len(tm.tokenizer)
+        if any(t < 0 or t >= vocab for t in body.tokens):
+            raise RequestError(f"tokens must be ids in [0, {vocab})", param="tokens")
+        return {"text": tm.tokenizer.decode(body.tokens)}
+
+    @app.post("/concate_and_append_request")
+    async def concate_and_append_request():
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(tm.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    add_openai_routes(app, tm)
+    return app
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("radixlm")
+    except Exception:
+        return "0.1.0"

@@ -1,0 +1,185 @@
+"""Process topology of the server (DESIGN.md §2): start the scheduler and detokenizer processes,
+wait until each reports ready, then serve HTTP from this process with the TokenizerManager.
+
+Shutdown: SIGINT/SIGTERM stop the HTTP server, then the children are terminated (and killed if
+they linger); children also get SIGKILL from the kernel if this process dies. If a child dies
+while serving, the server logs which one and how, and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import wait as wait_sentinels
+
+from radixlm.runtime.server.config import ServerConfig
+from radixlm.runtime.server.detokenizer_process import run_detokenizer_process
+from radixlm.runtime.server.io_struct import IpcPaths
+from radixlm.runtime.server.procs import setup_logging
+from radixlm.runtime.server.scheduler_process import run_scheduler_process
+
+logger = logging.getLogger("radixlm.launch")
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+class ServerProcesses:
+    """The child processes of one server instance."""
+
+    def __init__(self, config: ServerConfig, paths: IpcPaths) -> None:
+        ctx = mp.get_context("spawn")
+        self.paths = paths
+        self.readers: dict[str, object] = {}
+        self.procs: dict[str, mp.Process] = {}
+        self.stopping = False
+        tok_path = config.tokenizer_path or config.model_path
+        targets = {
+            "scheduler": (run_scheduler_process, (config.engine_args(),)),
+            "detokenizer": (run_detokenizer_process, (tok_path, config.log_level)),
+        }
+        for name, (fn, args) in targets.items():
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=fn, args=(*args, paths, writer), name=f"radixlm-{name}", daemon=True)
+            proc.start()
+            writer.close()
+            self.procs[name], self.readers[name] = proc, reader
+
+    def wait_ready(self, timeout_s: float) -> dict[str, dict]:
+        """Block until every child reported ready; returns their reports.
+        Raises ``RuntimeError`` naming the child that failed, died or timed out."""
+        deadline = time.monotonic() + timeout_s
+        reports: dict[str, dict] = {}
+        for name, reader in self.readers.items():
+            proc = self.procs[name]
+            while True:
+                if reader.poll(0.2):
+                    try:
+                        msg = reader.recv()
+                    except EOFError:
+                        proc.join(5)
+                        raise RuntimeError(f"{name} process {_describe_exit(proc.exitcode)} during startup") from None
+                    if msg.get("status") != "ready":
+                        raise RuntimeError(f"{name} process failed to start:\n{msg.get('message')}")
+                    reports[name] = msg
+                    break
+                if not proc.is_alive():
+                    raise RuntimeError(f"{name} process {_describe_exit(proc.exitcode)} during startup")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} process not ready after {timeout_s:.0f} s")
+        return reports
+
+    def watch(self) -> None:
+        """Start a thread that exits this process with status 1 when any child dies."""
+        def run() -> None:
+            wait_sentinels([p.sentinel for p in self.procs.values()])
+            if self.stopping:
+                return
+            for name, proc in self.procs.items():
+                if not proc.is_alive():
+                    logger.error("%s process (pid %d) %s; shutting the server down", name, proc.pid,
+                                 _describe_exit(proc.exitcode))
+            self.shutdown()
+            logging.shutdown()
+            os._exit(1)
+
+        threading.Thread(target=run, name="radixlm-watchdog", daemon=True).start()
+
+    def shutdown(self) -> None:
+        """Terminate (then kill) every child and remove the IPC files; idempotent."""
+        self.stopping = True
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs.values():
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for path in self.paths.files():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def launch_server(config: ServerConfig) -> int:
+    """Run a server until SIGINT/SIGTERM. Returns the exit status (0 after a clean shutdown)."""
+    setup_logging(config.log_level, "server")
+    from radixlm.runtime.tiny_model import default_model_path
+
+    if config.model_path is None:
+        config = dataclasses.replace(config, model_path=default_model_path())
+    paths = IpcPaths.new()
+    children = ServerProcesses(config, paths)
+    stop_requested = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop_requested.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            reports = children.wait_ready(config.ready_timeout_s)
+        except RuntimeError as e:
+            logger.error("%s", e)
+            return 1
+        if stop_requested.is_set():
+            return 0
+        children.watch()
+        _serve(config, paths, reports["scheduler"], stop_requested)
+        return 0
+    finally:
+        children.shutdown()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _serve(config: ServerConfig, paths: IpcPaths, info: dict, stop_requested: threading.Event) -> None:
+    import uvicorn
+    from transformers import AutoTokenizer
+
+    from radixlm.runtime.server.http_native import create_app
+    from radixlm.runtime.server.tokenizer_manager import TokenizerManager
+
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.model_path)
+    tm = TokenizerManager(config, paths, tokenizer, info)
+    app = create_app(tm)
+    uv_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),
+                               access_log=False, timeout_graceful_shutdown=3, timeout_keep_alive=30)
+    server = uvicorn.Server(uv_config)
+
+    async def main() -> None:
+        tm.start()
+        logger.info("serving %s on http://%s:%d (scheduler info: %s)", config.model_path, config.host,
+                    config.port, info)
+        await server.serve()
+
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(main())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m radixlm.launch_server [server args]``."""
+    import argparse
+
+    from radixlm.runtime.server.config import add_cli_args, config_from_namespace
+
+    parser = argparse.ArgumentParser(prog="radixlm serve", description="Serve a model over HTTP.")
+    add_cli_args(parser)
+    config = config_from_namespace(parser.parse_args(argv))
+    sys.exit(launch_server(config))

@@ -1,0 +1,81 @@
+"""Tool calling and response formats of the OpenAI API, mapped onto constrained decoding.
+
+``tool_choice="required"`` constrains the output to one JSON object ``{"name": ..., "arguments":
+{...}}`` whose arguments match the chosen function's parameters; a named function constrains it to
+that function's arguments; ``"auto"`` decodes freely and recognizes a call afterwards
+(a bare JSON object of that shape, or one inside ``<tool_call>...</tool_call>``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from radixlm.runtime.server.protocol import ResponseFormat, Tool, ToolChoiceFunction
+from radixlm.runtime.server.tokenizer_manager import RequestError
+
+_EMPTY_PARAMS = {"type": "object", "properties": {}}
+_TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def response_format_schema(fmt: ResponseFormat | None) -> str | None:
+    """The ``json_schema`` sampling param for a ``response_format`` (``None`` for text)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return json.dumps({"type": "object"})
+    if fmt.json_schema is None:
+        raise RequestError("response_format.json_schema is required for type json_schema",
+                           param="response_format.json_schema")
+    return json.dumps(fmt.json_schema.schema_ or {"type": "object"})
+
+
+def _call_schema(tool: Tool) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"type": "string", "enum": [tool.function.name]},
+                       "arguments": tool.function.parameters or _EMPTY_PARAMS},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def tool_constraint(tools: list[Tool] | None, choice) -> tuple[str | None, str | None]:
+    """``(json_schema, forced_function_name)`` for the request's tools and tool_choice.
+    ``json_schema`` is ``None`` when decoding is unconstrained (no tools, ``none``, ``auto``)."""
+    if not tools or choice in (None, "none", "auto"):
+        return None, None
+    if isinstance(choice, ToolChoiceFunction):
+        match = [t for t in tools if t.function.name == choice.function.name]
+        if not match:
+            raise RequestError(f"tool_choice names unknown function {choice.function.name!r}", param="tool_choice")
+        return json.dumps(match[0].function.parameters or _EMPTY_PARAMS), choice.function.name
+    schemas = [_call_schema(t) for t in tools]
+    return json.dumps(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}), None
+
+
+def _call(name: str, arguments: Any) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def parse_tool_calls(text: str, tools: list[Tool] | None, forced: str | None,
+                     constrained: bool) -> list[dict[str, Any]] | None:
+    """The ``tool_calls`` found in ``text`` (``None`` when it is plain content)."""
+    if not tools:
+        return None
+    names = {t.function.name for t in tools}
+    if forced is not None:
+        return [_call(forced, text.strip())]
+    candidates = [text.strip()] + ([] if constrained else _TAGGED.findall(text))
+    calls = []
+    for cand in candidates:
+        try:
+            obj = json.loads(cand)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("name") in names and isinstance(obj.get("arguments", {}), dict):
+            calls.append(_call(obj["name"], obj.get("arguments", {})))
+    return calls or None

@@ -1,0 +1,51 @@
+"""Helpers shared by the server's child processes: logging and dying with the parent."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def setup_logging(log_level: str, name: str) -> None:
+    """Log to stderr as ``[time name LEVEL] message``."""
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format=f"[%(asctime)s {name} %(levelname)s] %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def die_with_parent() -> None:
+    """Make the kernel SIGKILL this process when its parent exits (Linux); elsewhere a thread
+    polls the parent pid. Either way no child outlives the server."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+    except OSError:
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def child_init(log_level: str, name: str) -> None:
+    """Common start of every child: logging, parent-death signal, SIGINT left to the parent."""
+    setup_logging(log_level, name)
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C reaches the group; the parent decides

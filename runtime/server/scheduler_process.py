@@ -1,0 +1,208 @@
+"""The scheduler process: receives tokenized requests, runs ``Scheduler.step()`` in a loop and
+pushes one :class:`BatchTokenIDOut` per step to the detokenizer."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from multiprocessing.connection import Connection
+
+import zmq
+
+from radixlm.runtime.request import Req
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.server.io_struct import (
+    AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, SchedulerSnapshot,
+    TokenIDOut, TokenizedGenerateReq, decode, encode,
+)
+from radixlm.runtime.server.procs import child_init
+from radixlm.runtime.server_args import ServerArgs
+
+logger = logging.getLogger("radixlm.scheduler")
+
+IDLE_POLL_MS = 1000
+
+
+class SchedulerServer:
+    """Owns one :class:`Scheduler` and its sockets; :meth:`serve` never returns."""
+
+    def __init__(self, args: ServerArgs, paths: IpcPaths) -> None:
+        from radixlm.runtime.model_runner import ModelRunner
+        from radixlm.runtime.tokenizer import load_tokenizer
+
+        self.args = args
+        self.tokenizer, eos_ids = load_tokenizer(args.tokenizer_path or args.model_path, args.model_path)
+        self.runner = ModelRunner(args, args.model_path, eos_ids)
+        self.scheduler = Scheduler(args, self.runner, self.tokenizer)
+        ctx = zmq.Context()
+        self.recv_sock = ctx.socket(zmq.PULL)
+        self.recv_sock.bind(paths.scheduler_in)
+        self.detok_sock = ctx.socket(zmq.PUSH)
+        self.detok_sock.connect(paths.detokenizer_in)
+        self.reply_sock = ctx.socket(zmq.PUSH)
+        self.reply_sock.connect(paths.tokenizer_in)
+        self.pending: list[Req] = []  # finished outside a step (add errors, aborts)
+        self._last_prefills = 0
+        self._last_prompt = 0
+        self._last_cached = 0
+
+    def ready_info(self) -> dict:
+        return {
+            "status": "ready",
+            "context_len": self.runner.context_len,
+            "max_total_tokens": self.runner.max_total_tokens,
+            "vocab_size": len(self.tokenizer),
+            "device": str(self.runner.device),
+            "dtype": str(self.runner.dtype).replace("torch.", ""),
+        }
+
+    # ------------------------------------------------------------ inbox
+    def _recv_all(self, block: bool) -> None:
+        if block and not self.recv_sock.poll(IDLE_POLL_MS):
+            return
+        while True:
+            try:
+                msg = decode(self.recv_sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            self._handle(msg)
+
+    def _handle(self, msg: object) -> None:
+        if isinstance(msg, TokenizedGenerateReq):
+            self._add(msg)
+        elif isinstance(msg, AbortReq):
+            sched = self.scheduler
+            if msg.abort_all:
+                live = list(sched.waiting) + list(sched.running) + ([sched.chunked_req] if sched.chunked_req else [])
+                rids = [r.rid for r in live]
+            else:
+                rids = [msg.rid]
+            for rid in rids:
+                req = sched.abort(rid, msg.message)
+                if req is not None:
+                    self.pending.append(req)
+        elif isinstance(msg, ControlReq):
+            self.reply_sock.send(encode(ControlReply(msg.req_id, self._control(msg.kind))))
+
+    def _add(self, msg: TokenizedGenerateReq) -> None:
+        req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=None,
+                  return_logprob=msg.return_logprob, logprob_start_len=msg.logprob_start_len,
+                  top_logprobs_num=msg.top_logprobs_num)
+        req.extra["detok_init"] = msg.detok
+        try:
+            req.sampling_params = SamplingParams.from_dict(msg.sampling_params)
+            if msg.seed is not None:
+                from radixlm.runtime.sampler import make_generator
+
+                req.extra["generator"] = make_generator(msg.seed, self.runner.device)
+            self.scheduler.add_request(req)
+        except Exception as e:  # NOTE: a bad request must not take the scheduler down
+            logger.warning("request %s rejected: %s", msg.rid, e)
+            req.finish_reason = {"type": "abort", "message": f"{type(e).__name__}: {e}", "status_code": 400}
+            self.pending.append(req)
+
+    def _control(self, kind: str):
+        if kind == "flush_cache":
+            return self.scheduler.flush_cache()
+        if kind == "server_info":
+            st = self.scheduler.stats
+            return {
+                **vars(self.args),
+                **self.ready_info(),
+                "max_total_num_tokens": self.runner.max_total_tokens,
+                "cache_hit_rate": st.cache_hit_rate,
+                "prompt_tokens": st.prompt_tokens,
+                "cached_tokens": st.cached_tokens,
+                "generated_tokens": st.generated_tokens,
+                "num_retracted": st.num_retracted,
+                "kv_available_tokens": self.runner.allocator.available_size(),
+                "kv_evictable_tokens": self.scheduler.tree_cache.evictable_size(),
+                **vars(self._snapshot()),
+            }
+        return None
+
+    # ------------------------------------------------------------ outputs
+    def _snapshot(self) -> SchedulerSnapshot:
+        s = self.scheduler
+        total = self.runner.allocator.size
+        used = total - self.runner.allocator.available_size() - s.tree_cache.evictable_size()
+        return SchedulerSnapshot(
+            num_running=len(s.running) + (1 if s.chunked_req else 0),
+            num_waiting=len(s.waiting),
+            kv_used_tokens=used,
+            kv_total_tokens=total,
+            cache_hit_rate=s.stats.cache_hit_rate,
+            num_retracted=s.stats.num_retracted,
+        )
+
+    def _out(self, req: Req) -> TokenIDOut:
+        sent = req.extra.get("sent", (0, 0, 0))
+        inp, outp = req.extra.get("input_logprobs", []), req.extra.get("output_logprobs", [])
+        first = "sent" not in req.extra
+        req.extra["sent"] = (len(req.output_ids), len(inp), len(outp))
+        return TokenIDOut(
+            rid=req.rid,
+            new_output_ids=req.output_ids[sent[0]:],
+            finish_reason=req.finish_reason,
+            prompt_tokens=len(req.origin_input_ids),
+            cached_tokens=req.cached_tokens,
+            completion_tokens=len(req.output_ids),
+            new_input_logprobs=list(inp[sent[1]:]),
+            new_output_logprobs=list(outp[sent[2]:]),
+            detok=req.extra.get("detok_init") if first else None,
+        )
+
+    def _send(self, reqs: list[Req]) -> None:
+        if reqs:
+            outs = [self._out(r) for r in reqs]
+            self.detok_sock.send(encode(BatchTokenIDOut(outs, self._snapshot())))
+
+    def _log_prefill(self) -> None:
+        st = self.scheduler.stats
+        if st.num_prefill_batches == self._last_prefills:
+            return
+        new_prompt, new_cached = st.prompt_tokens - self._last_prompt, st.cached_tokens - self._last_cached
+        self._last_prefills, self._last_prompt, self._last_cached = st.num_prefill_batches, st.prompt_tokens, st.cached_tokens
+        snap = self._snapshot()
+        logger.info(
+            "Prefill batch. #new-token: %d, #cached-token: %d, cache hit rate: %.2f%%, token usage: %.2f, "
+            "#running-req: %d, #queue-req: %d",
+            new_prompt - new_cached, new_cached, 100 * st.cache_hit_rate,
+            snap.kv_used_tokens / max(snap.kv_total_tokens, 1), snap.num_running, snap.num_waiting,
+        )
+
+    def _abort_in_flight(self, message: str) -> list[Req]:
+        s = self.scheduler
+        live = list(s.waiting) + list(s.running) + ([s.chunked_req] if s.chunked_req else [])
+        return [r for r in (s.abort(q.rid, message) for q in live) if r is not None]
+
+    def serve(self) -> None:
+        sched = self.scheduler
+        while True:
+            self._recv_all(block=not sched.has_work() and not self.pending)
+            touched, self.pending = self.pending, []
+            if sched.has_work():
+                try:
+                    touched += sched.step()
+                except Exception as e:  # NOTE: contain the failure to the requests in flight
+                    logger.exception("scheduler step failed")
+                    touched += self._abort_in_flight(f"internal error: {type(e).__name__}: {e}")
+                self._log_prefill()
+            else:
+                sched.step()  # idle: runs the integrity self-check
+            self._send(touched)
+
+
+def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection) -> None:
+    """Process entry: build the scheduler, report ``ready`` (a dict) on ``ready``, serve forever.
+    A startup failure is reported as ``{"status": "error", "message": traceback}``."""
+    child_init(args.log_level, "scheduler")
+    try:
+        server = SchedulerServer(args, paths)
+    except Exception:
+        ready.send({"status": "error", "message": traceback.format_exc()})
+        raise SystemExit(1)
+    ready.send(server.ready_info())
+    ready.close()
+    server.serve()

@@ -1,0 +1,333 @@
+"""The tokenizer manager (main process, asyncio): validates and tokenizes requests, sends them to
+the scheduler, and collects the detokenizer's per-step outputs into per-request state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.server.config import ServerConfig
+from radixlm.runtime.server.io_struct import (
+    AbortReq, BatchStrOut, ControlReply, ControlReq, DetokInit, IpcPaths, SchedulerSnapshot, StrOut,
+    TokenizedGenerateReq, decode, encode,
+)
+from radixlm.runtime.server.metrics import ServerMetrics
+
+logger = logging.getLogger("radixlm.tokenizer_manager")
+
+DISCONNECT_POLL_S = 0.5
+
+
+class RequestError(Exception):
+    """A request the server refuses: ``status`` 400 (bad input) or 503 (overloaded)."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status, self.param = message, status, param
+
+
+@dataclass
+class ReqState:
+    """Accumulated output of one sample; ``queue`` (shared by a submission) gets its ``index``
+    after every update."""
+
+    rid: str
+    index: int
+    queue: asyncio.Queue
+    return_logprob: bool
+    top_logprobs_num: int
+    t0: float = field(default_factory=time.perf_counter)
+    text: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: dict | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    input_lp: list = field(default_factory=list)
+    input_top: list = field(default_factory=list)
+    output_lp: list = field(default_factory=list)
+    output_top: list = field(default_factory=list)
+    started: bool = False
+    first_token_t: float | None = None
+    last_token_t: float | None = None
+    version: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def result(self) -> dict:
+        """The native ``/generate`` response (cumulative)."""
+        reason = self.finish_reason
+        if reason is not None and "status_code" in reason:
+            reason = {k: v for k, v in reason.items() if k != "status_code"}
+        meta: dict[str, Any] = {
+            "id": self.rid, "finish_reason": reason, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
+            "e2e_latency": time.perf_counter() - self.t0,
+        }
+        if self.return_logprob:
+            meta.update(input_token_logprobs=self.input_lp, output_token_logprobs=self.output_lp)
+            if self.top_logprobs_num:
+                meta.update(input_top_logprobs=self.input_top, output_top_logprobs=self.output_top)
+        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}
+
+
+@dataclass
+class GenSpec:
+    """One prompt of a submission (before ``n`` expansion)."""
+
+    input_ids: list[int]
+    sampling_params: dict[str, Any]
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    rid: str | None = None
+
+
+class TokenizerManager:
+    """Talks to the scheduler (PUSH) and hears from the detokenizer and scheduler (PULL).
+
+    Args:
+        config: the server configuration.
+        paths: the instance's IPC endpoints.
+        tokenizer: the HF tokenizer.
+        info: the scheduler's ready report (``context_len``, ``max_total_tokens``, ...).
+    """
+
+    def __init__(self, config: ServerConfig, paths: IpcPaths, tokenizer, info: dict) -> None:
+        self.config, self.paths, self.tokenizer, self.info = config, paths, tokenizer, info
+        self.context_len: int = info["context_len"]
+        self.max_total_tokens: int = info["max_total_tokens"]
+        self.model_name = config.served_model_name or str(config.model_path)
+        self.metrics = ServerMetrics(self.model_name)
+        self.states: dict[str, ReqState] = {}
+        self.snapshot: SchedulerSnapshot | None = None
+        self._control: dict[str, asyncio.Future] = {}
+        self._send = zmq.Context.instance().socket(zmq.PUSH)
+        self._send.connect(paths.scheduler_in)
+        self._recv: zmq.asyncio.Socket | None = None
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Bind the receive socket and start the receive loop (call inside the server's loop).
+        Messages the children pushed earlier wait in their PUSH queues until the bind."""
+        if self._task is None:
+            self._recv = zmq.asyncio.Context.instance().socket(zmq.PULL)
+            self._recv.bind(self.paths.tokenizer_in)
+            self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+
+    async def _recv_loop(self) -> None:
+        while True:
+            msg = decode(await self._recv.recv())
+            try:
+                if isinstance(msg, BatchStrOut):
+                    self.snapshot = msg.snapshot
+                    self.metrics.observe_snapshot(msg.snapshot)
+                    for out in msg.outputs:
+                        self._apply(out)
+                elif isinstance(msg, ControlReply):
+                    fut = self._control.pop(msg.req_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg.payload)
+            except Exception:  # NOTE: keep receiving; one malformed output must not stop the server
+                logger.exception("handling scheduler output failed")
+
+    def _apply(self, out: StrOut) -> None:
+        st = self.states.get(out.rid)
+        if st is None:
+            return
+        now = time.perf_counter()
+        if out.new_output_ids:
+            if st.first_token_t is None:
+                st.first_token_t = now
+                self.metrics.ttft.observe(now - st.t0)
+            elif st.last_token_t is not None:
+                self.metrics.itl.observe((now - st.last_token_t) / len(out.new_output_ids))
+            st.last_token_t = now
+        st.started = True
+        st.text = out.text
+        st.output_ids.extend(out.new_output_ids)
+        st.prompt_tokens, st.cached_tokens, st.completion_tokens = out.prompt_tokens, out.cached_tokens, out.completion_tokens
+        st.input_lp.extend(out.new_input_logprobs)
+        st.input_top.extend(out.new_input_top)
+        st.output_lp.extend(out.new_output_logprobs)
+        st.output_top.extend(out.new_output_top)
+        st.version += 1
+        if out.finish_reason is not None:
+            st.finish_reason = out.finish_reason
+            del self.states[out.rid]
+            self.metrics.observe_finish(st.prompt_tokens, st.completion_tokens, st.cached_tokens,
+                                        now - st.t0, out.finish_reason.get("type") == "abort")
+        st.queue.put_nowait(st.index)
+
+    # ------------------------------------------------------------ requests
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def num_queued(self) -> int:
+        return sum(1 for s in self.states.values() if not s.started)
+
+    def _validate(self, spec: GenSpec, where: str) -> SamplingParams:
+        try:
+            sp = SamplingParams.from_dict(spec.sampling_params)
+        except (ValueError, TypeError) as e:
+            raise RequestError(f"{where}{e}", param="sampling_params") from None
+        n = len(spec.input_ids)
+        if n == 0:
+            raise RequestError(f"{where}the prompt is empty", param="prompt")
+        if n >= self.context_len:
+            raise RequestError(f"{where}the prompt has {n} tokens; the context length is {self.context_len}",
+                               param="prompt")
+        if n + 1 > self.max_total_tokens:
+            raise RequestError(f"{where}the prompt needs {n + 1} KV slots; the pool has {self.max_total_tokens}",
+                               param="prompt")
+        vocab = self.info.get("vocab_size")
+        if vocab and any(not isinstance(t, int) or t < 0 or t >= vocab for t in spec.input_ids):
+            raise RequestError(f"{where}input_ids must be token ids in [0, {vocab})", param="input_ids")
+        if spec.logprob_start_len is not None and spec.logprob_start_len > n:
+            raise RequestError(f"{where}logprob_start_len={spec.logprob_start_len} exceeds the prompt length {n}",
+                               param="logprob_start_len")
+        if spec.top_logprobs_num < 0:
+            raise RequestError(f"{where}top_logprobs_num must be >= 0", param="top_logprobs_num")
+        return sp
+
+    async def _check_grammar(self, sp: SamplingParams) -> None:
+        """Compile the constraint once to reject invalid ones with 400 (when grammar/ offers it)."""
+        g = sp.grammar
+        if g is None:
+            return
+        try:
+            from radixlm.grammar import GrammarCompiler
+        except ImportError:
+            return  # the scheduler will abort the request with its message
+        kind, source = g
+        t0 = time.perf_counter()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, _compile_cached, self, GrammarCompiler, kind, source)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise RequestError(f"invalid {kind}: {e}", param=kind) from None
+        finally:
+            self.metrics.grammar_compile.observe(time.perf_counter() - t0)
+
+    async def submit(self, specs: list[GenSpec]) -> tuple[list[ReqState], asyncio.Queue]:
+        """Validate every spec, expand ``n``, send to the scheduler. Returns the per-sample states
+        (prompt-major order) and the queue that receives their indices on each update.
+        Raises :class:`RequestError` (400 bad input, 503 over ``max_queued_requests``)."""
+        reqs: list[tuple[TokenizedGenerateReq, GenSpec]] = []
+        for i, spec in enumerate(specs):
+            where = f"request {i}: " if len(specs) > 1 else ""
+            sp = self._validate(spec, where)
+            await self._check_grammar(sp)
+            base = spec.rid or uuid.uuid4().hex
+            detok = DetokInit(spec.input_ids[-5:], list(sp.stop), sp.skip_special_tokens,
+                              sp.spaces_between_special_tokens, spec.return_text_in_logprobs)
+            for k in range(sp.n):
+                rid = base if sp.n == 1 else f"{base}-{k}"
+                seed = None if sp.seed is None else sp.seed + k
+                reqs.append((TokenizedGenerateReq(rid, spec.input_ids, spec.sampling_params, spec.return_logprob,
+                                                  spec.logprob_start_len, spec.top_logprobs_num, seed, detok), spec))
+        rids = [r.rid for r, _ in reqs]
+        if len(set(rids)) != len(rids) or any(r in self.states for r in rids):
+            raise RequestError("duplicate request id (rid)", param="rid")
+        limit = self.config.max_queued_requests
+        if limit is not None and self.num_queued() + len(reqs) > limit:
+            raise RequestError(f"too many queued requests (max_queued_requests={limit}); retry later", status=503)
+        queue: asyncio.Queue = asyncio.Queue()
+        states = []
+        for idx, (r, spec) in enumerate(reqs):
+            st = ReqState(r.rid, idx, queue, spec.return_logprob, spec.top_logprobs_num)
+            self.states[r.rid] = st
+            states.append(st)
+            self._send.send(encode(r))
+        return states, queue
+
+    def abort(self, rid: str, message: str = "aborted") -> None:
+        """Abort ``rid`` and its ``n`` samples (``rid-k``)."""
+        targets = [r for r in list(self.states) if r == rid or r.startswith(f"{rid}-")] or [rid]
+        for r in targets:
+            self._send.send(encode(AbortReq(rid=r, message=message)))
+
+    def abort_all(self) -> None:
+        self._send.send(encode(AbortReq(abort_all=True)))
+
+    async def updates(self, states: list[ReqState], queue: asyncio.Queue, request=None) -> AsyncIterator[ReqState]:
+        """Yield a state each time it changed, until all are finished. When the HTTP ``request``
+        disconnects (or the consumer stops early), the unfinished samples are aborted."""
+        pending = {s.index for s in states if not s.finished}
+        seen = {s.index: s.version for s in states}
+        try:
+            while pending:
+                try:
+                    idx = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                except asyncio.TimeoutError:
+                    if request is not None and await request.is_disconnected():
+                        logger.info("client disconnected; aborting %s", [states[i].rid for i in pending])
+                        return
+                    continue
+                st = states[idx]
+                if st.version == seen[idx]:
+                    continue  # NOTE: several updates may be coalesced into one state read
+                seen[idx] = st.version
+                if st.finished:
+                    pending.discard(idx)
+                yield st
+        finally:
+            self.abort_unfinished(states)
+
+    def abort_unfinished(self, states: list[ReqState], message: str = "client disconnected") -> None:
+        for st in states:
+            if not st.finished:
+                self.abort(st.rid, message)
+
+    async def wait_all(self, states: list[ReqState], queue: asyncio.Queue, request=None) -> list[ReqState]:
+        """Wait until every sample finished; raises RequestError (400) when the scheduler rejected one."""
+        async for _ in self.updates(states, queue, request):
+            pass
+        if any(not s.finished for s in states):
+            raise RequestError("client disconnected", status=499)
+        for s in states:
+            if s.finish_reason.get("status_code") == 400:
+                raise RequestError(s.finish_reason.get("message", "bad request"))
+        return states
+
+    async def control(self, kind: str, timeout: float = 60.0) -> Any:
+        """Ask the scheduler (``flush_cache`` / ``server_info``) and await its answer."""
+        req_id = uuid.uuid4().hex
+        fut = asyncio.get_running_loop().create_future()
+        self._control[req_id] = fut
+        self._send.send(encode(ControlReq(req_id, kind)))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._control.pop(req_id, None)
+
+
+_compiled_ok: dict[tuple[str, str], bool] = {}
+
+
+def _compile_cached(tm: TokenizerManager, compiler_cls, kind: str, source: str) -> None:
+    key = (kind, source)
+    if key in _compiled_ok:
+        return
+    compiler = getattr(tm, "_grammar_compiler", None)
+    if compiler is None:
+        compiler = tm._grammar_compiler = compiler_cls(tm.tokenizer)
+    fn = {"regex": "compile_regex", "json_schema": "compile_json_schema", "ebnf": "compile_ebnf"}[kind]
+    if not hasattr(compiler, fn):
+        return
+    getattr(compiler, fn)(source)
+    if len(_compiled_ok) > 1024:
+        _compiled_ok.clear()
+    _compiled_ok[key] = True
