@@ -66,6 +66,7 @@ class Engine:
             self._stopped.set()
             self._inbox.put(("wake", None))
             self._thread.join(timeout=30)
+            self.scheduler.grammar.shutdown()
 
     # ------------------------------------------------------ scheduler thread
     def _loop(self) -> None:
@@ -89,6 +90,8 @@ class Engine:
                 touched = self._abort_all(f"internal error: {type(e).__name__}: {e}")
             for req in touched:
                 req.extra["sink"](req)
+            if not sched.ran_batch and not touched:
+                time.sleep(0.001)  # waiting only on grammar compiles
         self._abort_all("engine shut down")
 
     def _handle(self, kind: str, payload: Any) -> None:

@@ -55,6 +55,9 @@ class OutputProcessor:
         req.output_ids.append(token)
         if req.return_logprob:
             req.extra["output_logprobs"].append((out.next_logprob, token, out.next_top))
+        matcher = req.extra.get("grammar_matcher")
+        if matcher is not None and not matcher.accept_token(token):
+            return {"type": "abort", "message": f"token {token} violates the request's grammar"}
         return self._check_finish(req, token)
 
     def _collect_input_logprobs(self, req: Req, s: ReqSlice, out: StepOutput) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from radixlm.radix import NoOpPrefixCache, PrefixCache, RadixCache
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch, StepOutput
+from radixlm.runtime.constrained import GrammarBackend
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.output_processor import OutputProcessor
@@ -63,6 +64,10 @@ class Scheduler:
             self.tree_cache = RadixCache(self.allocator, page_size=args.page_size, req_to_token_pool=self.req_to_token_pool)
         self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache)
         self.output_processor = OutputProcessor(tokenizer, runner.eos_token_ids, runner.context_len)
+        self.grammar = GrammarBackend(tokenizer, runner.cfg.vocab_size, args.grammar_compile_timeout_s)
+        runner.logits_mask_fn = self.grammar.mask_logits
+        self._aborted: list[Req] = []  # requests finished during admission (bad grammar)
+        self.ran_batch = False  # whether the last step ran a forward pass
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked_req: Req | None = None
@@ -83,6 +88,7 @@ class Scheduler:
             raise ValueError(f"the prompt needs more KV slots than the pool has ({self.allocator.size})")
         req.extra.setdefault("max_total", min(total, self.runner.context_len))
         self.output_processor.init_req(req)
+        self.grammar.submit(req)
         self.waiting.append(req)
 
     def has_work(self) -> bool:
@@ -107,11 +113,13 @@ class Scheduler:
         batch = self._get_prefill_batch()
         if batch is None and self.running:
             batch = self._get_decode_batch()
+        aborted, self._aborted = self._aborted, []
+        self.ran_batch = batch is not None
         if batch is None:
             self._idle_check()
-            return []
+            return aborted
         outs = self.runner.run(batch)
-        return self._process(batch, outs)
+        return aborted + self._process(batch, outs)
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False) while any request is queued or running."""
@@ -161,6 +169,14 @@ class Scheduler:
             if num_running + len(admitted) >= self.args.max_running_requests:
                 break
             if req.extra.get("deprioritized") and admitted:
+                continue
+            ready = self.grammar.poll(req)
+            if isinstance(ready, str):  # NOTE: a bad grammar aborts only its own request
+                self.waiting.remove(req)
+                self._finish(req, {"type": "abort", "message": ready}, holds_kv=False)
+                self._aborted.append(req)
+                continue
+            if not ready:
                 continue
             if not self._admit(req, budget, admitted):
                 break

@@ -1,0 +1,158 @@
+"""The small interface the interpreter drives, and the process-wide default backend.
+
+A backend only has to send native-protocol ``/generate`` bodies (DESIGN.md §3.2) and answer with
+native responses: :meth:`Backend.request` and :meth:`Backend.request_stream`.  Everything the DSL
+needs (generation, prefix commits, choice scoring) is built on those two in this base class, so the
+in-process :class:`~radixlm.interpreter.engine_backend.EngineBackend` and the HTTP
+:class:`~radixlm.interpreter.runtime_endpoint.RuntimeEndpoint` behave identically.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+from radixlm.lang.chat_template import ChatTemplate
+from radixlm.lang.choices import ChoicesDecision, ChoicesSamplingMethod
+from radixlm.lang.ir import SamplingParams
+
+Response = dict[str, Any]
+
+
+class Backend(ABC):
+    """A model the interpreter can run programs on.
+
+    Attributes:
+        chat_template: role markers used for ``system/user/assistant``.
+    """
+
+    chat_template: ChatTemplate
+
+    @abstractmethod
+    def request(self, payload: dict[str, Any]) -> Response | list[Response]:
+        """Send one native ``/generate`` body; a list input gives a list of responses.
+
+        Raises:
+            RuntimeError: the request failed (the message says why).
+        """
+
+    @abstractmethod
+    def request_stream(self, payload: dict[str, Any]) -> Iterator[Response]:
+        """Send a streaming ``/generate`` body; yields chunks whose ``text`` is cumulative."""
+
+    @abstractmethod
+    def flush_cache(self) -> None:
+        """Drop the backend's prefix cache."""
+
+    @abstractmethod
+    def get_server_info(self) -> dict[str, Any]:
+        """Backend configuration and statistics (as ``GET /get_server_info``)."""
+
+    def shutdown(self) -> None:
+        """Release resources; the default does nothing."""
+
+    def get_model_name(self) -> str:
+        """Model identifier (path) of the backend."""
+        return "unknown"
+
+    # ---- operations used by the interpreter ---------------------------------------------------
+
+    def generate(self, prompt: str, params: SamplingParams) -> tuple[str, Response]:
+        """Complete ``prompt``. Returns ``(text, meta_info)``; text excludes prompt and stop."""
+        obj = self.request(_payload(prompt, params))
+        assert isinstance(obj, dict)
+        return obj["text"], obj["meta_info"]
+
+    def generate_stream(self, prompt: str, params: SamplingParams) -> Iterator[tuple[str, Response]]:
+        """Stream a completion: yields ``(delta_text, meta_info)``; deltas concatenate to the text."""
+        payload = _payload(prompt, params)
+        payload["stream"] = True
+        seen = 0
+        for chunk in self.request_stream(payload):
+            text = chunk.get("text", "")
+            yield text[seen:], chunk.get("meta_info", {})
+            seen = len(text)
+
+    def commit_prefix(self, prompt: str) -> Response:
+        """Prefill-only request (``max_new_tokens: 0``): ``prompt`` enters the prefix cache.
+
+        Returns the response's ``meta_info`` (``prompt_tokens``, ``cached_tokens``, ...).
+        """
+        obj = self.request({"text": prompt, "sampling_params": {"max_new_tokens": 0}})
+        assert isinstance(obj, dict)
+        return obj["meta_info"]
+
+    def select(self, prompt: str, choices: list[str],
+               method: ChoicesSamplingMethod) -> ChoicesDecision:
+        """Score ``choices`` as continuations of ``prompt`` (see ``interpreter/select.py``)."""
+        from radixlm.interpreter.select import score_choices
+
+        return score_choices(self, prompt, choices, method)
+
+
+def _payload(prompt: str, params: SamplingParams) -> dict[str, Any]:
+    return {"text": prompt, "sampling_params": params.to_native(), **params.request_options()}
+
+
+_default_backend: Backend | None = None
+_engine_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def resolve_backend(backend: Any = None) -> Backend:
+    """Turn ``backend`` (a Backend, an ``Engine``, or ``None`` = the default) into a Backend.
+
+    An ``Engine`` is wrapped once in an ``EngineBackend`` (cached per engine).
+
+    Raises:
+        RuntimeError: ``None`` and no default backend was set.
+        TypeError: an object that is neither a Backend nor Engine-like.
+    """
+    if backend is None:
+        if _default_backend is None:
+            raise RuntimeError("no backend: pass backend=... or call radixlm.set_default_backend()")
+        return _default_backend
+    if isinstance(backend, Backend):
+        return backend
+    if hasattr(backend, "endpoint") and isinstance(backend.endpoint, Backend):
+        return backend.endpoint
+    if callable(getattr(backend, "generate", None)) and hasattr(backend, "tokenizer"):
+        from radixlm.interpreter.engine_backend import EngineBackend
+
+        with _lock:
+            try:
+                wrapped = _engine_backends.get(backend)
+            except TypeError:
+                wrapped = None
+            if wrapped is None:
+                wrapped = EngineBackend(backend)
+                try:
+                    _engine_backends[backend] = wrapped
+                except TypeError:
+                    pass
+        return wrapped
+    raise TypeError(f"not a backend: {type(backend).__name__}")
+
+
+def set_default_backend(backend: Any) -> None:
+    """Use ``backend`` (a Backend or an ``Engine``) for programs run without ``backend=``."""
+    global _default_backend
+    _default_backend = resolve_backend(backend)
+
+
+def get_default_backend() -> Backend | None:
+    """The backend set by :func:`set_default_backend`, or ``None``."""
+    return _default_backend
+
+
+def flush_cache(backend: Any = None) -> None:
+    """Flush the prefix cache of ``backend`` (default: the default backend)."""
+    resolve_backend(backend).flush_cache()
+
+
+def get_server_info(backend: Any = None) -> dict[str, Any]:
+    """Server info of ``backend`` (default: the default backend)."""
+    return resolve_backend(backend).get_server_info()

@@ -1,0 +1,223 @@
+"""StreamExecutor: runs one state's IR nodes in order on a worker thread (SGLang's design).
+
+The program body (on the caller's thread) only appends nodes; the worker sends the requests.  So a
+body that forks, or a batch of programs, keeps many requests in flight and the runtime batches them.
+All mutable state is guarded by one condition variable that is notified whenever a variable, a
+text chunk, an error or the end of the queue appears, so no waiter can miss a wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from radixlm.interpreter.backend import Backend
+from radixlm.lang.chat_template import ChatTemplate
+from radixlm.lang.ir import (
+    CommitLazy, Constant, Expr, Gen, RoleBegin, RoleEnd, SamplingParams, Select, VarScopeBegin,
+    VarScopeEnd,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ProgramError(RuntimeError):
+    """Raised when reading a result of a program that failed; ``__cause__`` is the failure."""
+
+
+class StreamExecutor:
+    """Executes nodes for one program state.
+
+    Attributes:
+        text_: the state's text so far (prompt + completions).
+        variables: name -> value (str, or list after a fork join).
+        meta_info: name -> meta info dict of the gen/select that produced it.
+        messages_: chat messages closed so far (``{"role", "content"}``).
+        error_: the first exception raised by the program or a request, else ``None``.
+        chunks: ``(variable name or None, text piece)`` in the order text was appended.
+    """
+
+    def __init__(self, backend: Backend, defaults: SamplingParams, stream: bool = False,
+                 chat_template: ChatTemplate | None = None) -> None:
+        self.backend = backend
+        self.defaults = defaults
+        self.stream = stream
+        self.chat_template = chat_template or backend.chat_template
+        self.text_ = ""
+        self.variables: dict[str, Any] = {}
+        self.meta_info: dict[str, Any] = {}
+        self.messages_: list[dict[str, str]] = []
+        self.chunks: list[tuple[str | None, str]] = []
+        self.error_: BaseException | None = None
+        self.children: list[StreamExecutor] = []
+        # NOTE: the thread running the program body (the only one that submits nodes).
+        self.owner: int | None = None
+        self.cur_role: str | None = None
+        self._role_pos = 0
+        self._scope_pos: dict[str, int] = {}
+        self._pending = 0
+        self._ended = False
+        self._cond = threading.Condition()
+        self._queue: queue.Queue[Expr | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, daemon=True, name="radixlm-executor")
+        self._thread.start()
+
+    # ---- called from the program's thread ------------------------------------------------------
+
+    def submit(self, nodes: list[Expr]) -> None:
+        """Queue nodes for execution (in order)."""
+        with self._cond:
+            if self._ended:
+                raise RuntimeError("cannot append to a program state that has ended")
+            self._pending += len(nodes)
+        for node in nodes:
+            self._queue.put(node)
+
+    def end(self) -> None:
+        """No more nodes will come; the worker exits when the queue is drained. Idempotent."""
+        with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            self._cond.notify_all()
+        self._queue.put(None)
+        for child in self.children:
+            child.end()
+
+    def _quiet(self) -> bool:
+        """No node is pending and (seen from this thread) none can still be submitted."""
+        if self._pending:
+            return False
+        return self._ended or self.owner is None or self.owner == threading.get_ident()
+
+    def sync(self) -> None:
+        """Block until every submitted node has run (or was skipped after an error).
+
+        From a thread other than the program's body (e.g. the caller of ``run(stream=True)``)
+        this waits until the body has finished too.
+        """
+        with self._cond:
+            self._cond.wait_for(self._quiet)
+
+    @property
+    def finished(self) -> bool:
+        """True when ended and idle: no text or variable will change any more."""
+        return self._ended and self._pending == 0
+
+    def set_error(self, exc: BaseException) -> None:
+        """Record ``exc`` (first one wins) and wake every waiter; later nodes are skipped."""
+        with self._cond:
+            if self.error_ is None:
+                self.error_ = exc
+            self._cond.notify_all()
+
+    def set_var(self, name: str, value: Any, meta: Any = None) -> None:
+        """Set a variable (and its meta info) and wake its waiters."""
+        with self._cond:
+            self.variables[name] = value
+            if meta is not None:
+                self.meta_info[name] = meta
+            self._cond.notify_all()
+
+    def wait_var(self, name: str) -> Any:
+        """Block until variable ``name`` exists, then return it.
+
+        Raises:
+            ProgramError: the program failed before producing it.
+            KeyError: the queue is idle and no pending node can produce it.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: name in self.variables or self.error_ is not None
+                                or self._quiet())
+            if name in self.variables:
+                return self.variables[name]
+            if self.error_ is not None:
+                raise ProgramError(f"program failed before producing {name!r}: "
+                                   f"{self.error_!r}") from self.error_
+            raise KeyError(f"variable {name!r} is not produced by this program")
+
+    def fork_child(self) -> StreamExecutor:
+        """A new executor starting from a copy of this one's (synced) text, variables, roles."""
+        child = StreamExecutor(self.backend, self.defaults, self.stream, self.chat_template)
+        child.owner = self.owner
+        with self._cond:
+            child.text_ = self.text_
+            child.variables = dict(self.variables)
+            child.meta_info = dict(self.meta_info)
+            child.messages_ = list(self.messages_)
+            child.cur_role, child._role_pos = self.cur_role, self._role_pos
+            child._scope_pos = dict(self._scope_pos)
+            child.error_ = self.error_
+            self.children.append(child)
+        return child
+
+    # ---- worker thread --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            node = self._queue.get()
+            if node is None:
+                return
+            try:
+                if self.error_ is None:
+                    self._execute(node)
+            except Exception as exc:  # noqa: BLE001 - any failure becomes the state's error
+                logger.debug("program node %s failed", node, exc_info=True)
+                self.set_error(exc)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def _append(self, text: str, var: str | None = None) -> None:
+        if text:
+            with self._cond:
+                self.text_ += text
+                self.chunks.append((var, text))
+                self._cond.notify_all()
+
+    def _execute(self, node: Expr) -> None:
+        if isinstance(node, Constant):
+            self._append(node.value)
+        elif isinstance(node, Gen):
+            self._gen(node)
+        elif isinstance(node, Select):
+            decision = self.backend.select(self.text_, node.choices, node.choices_method)
+            self._append(decision.decision, node.name)
+            if node.name is not None:
+                self.set_var(node.name, decision.decision, decision.meta_info)
+        elif isinstance(node, RoleBegin):
+            self._append(self.chat_template.begin(node.role))
+            self.cur_role, self._role_pos = node.role, len(self.text_)
+        elif isinstance(node, RoleEnd):
+            content = self.text_[self._role_pos:]
+            with self._cond:
+                self.messages_.append({"role": node.role, "content": content})
+            self.cur_role = None
+            self._append(self.chat_template.end(node.role))
+        elif isinstance(node, VarScopeBegin):
+            self._scope_pos[node.name] = len(self.text_)
+        elif isinstance(node, VarScopeEnd):
+            self.set_var(node.name, self.text_[self._scope_pos.pop(node.name, len(self.text_)):])
+        elif isinstance(node, CommitLazy):
+            self.backend.commit_prefix(self.text_)
+        else:
+            raise TypeError(f"{type(node).__name__} nodes only appear in traces; "
+                            "they cannot be executed")
+
+    def _gen(self, node: Gen) -> None:
+        params = node.params.merged(self.defaults)
+        if not self.stream:
+            text, meta = self.backend.generate(self.text_, params)
+            self._append(text, node.name)
+        else:
+            parts: list[str] = []
+            meta: dict[str, Any] = {}
+            for delta, meta in self.backend.generate_stream(self.text_, params):
+                parts.append(delta)
+                self._append(delta, node.name)
+            text = "".join(parts)
+        if node.name is not None:
+            self.set_var(node.name, text, meta)

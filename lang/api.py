@@ -1,0 +1,182 @@
+"""DSL primitives: ``gen``, ``gen_int``, ``gen_string``, ``select``, roles and ``var_scope``.
+
+Names, argument order and semantics follow SGLang's frontend (``sglang.gen`` etc., DESIGN.md §3.1),
+so ``import radixlm as sgl`` runs SGLang programs.  Each call only builds IR nodes; nothing talks to
+a model until a program state executes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixlm.lang.choices import ChoicesSamplingMethod, token_length_normalized
+from radixlm.lang.constraints import dtype_to_regex, json_schema_to_str
+from radixlm.lang.ir import (
+    Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select, VarScopeBegin, VarScopeEnd,
+    as_exprs,
+)
+
+
+def gen(
+    name: str | None = None,
+    max_tokens: int | None = None,
+    min_tokens: int | None = None,
+    n: int | None = None,
+    stop: str | list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+    stop_regex: str | list[str] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    ignore_eos: bool | None = None,
+    return_logprob: bool | None = None,
+    logprob_start_len: int | None = None,
+    top_logprobs_num: int | None = None,
+    return_text_in_logprobs: bool | None = None,
+    dtype: Any = None,
+    choices: list[str] | None = None,
+    choices_method: ChoicesSamplingMethod | None = None,
+    regex: str | None = None,
+    json_schema: Any = None,
+    *,
+    repetition_penalty: float | None = None,
+    seed: int | None = None,
+    ebnf: str | None = None,
+) -> Expr:
+    """Generate text from the model at this point of the program.
+
+    Args:
+        name: variable that receives the completion (``s[name]``), or ``None``.
+        max_tokens / min_tokens: bounds on generated tokens (``None``: the run's default, 128 / 0).
+        n: number of samples; only 1 is supported inside programs (use ``s.fork`` for more).
+        stop, stop_token_ids, stop_regex: stop conditions; the matched stop is not in the text.
+        temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty, repetition_penalty,
+            seed, ignore_eos: sampling controls with the native protocol's meaning (§3.2).
+        return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs: logprob
+            options; the entries appear in ``s.get_meta_info(name)``.
+        dtype: ``int``/``float``/``bool``/``str`` (or names): constrains the output with a regex
+            (``radixlm.lang.constraints``); the value stays a string.
+        choices: if given, this is a :func:`select` with ``choices_method`` instead of a generation.
+        regex / json_schema / ebnf: constrained decoding; ``json_schema`` may be a JSON string, a
+            dict or a pydantic model class.
+    Returns:
+        a :class:`~radixlm.lang.ir.Gen` (or :class:`~radixlm.lang.ir.Select`) node.
+    Raises:
+        ValueError: ``n`` > 1, an unsupported ``dtype``, or more than one constraint given.
+        TypeError: a ``json_schema`` of an unsupported type.
+    """
+    if choices is not None:
+        return select(name, choices, temperature=temperature or 0.0,
+                      choices_method=choices_method or token_length_normalized)
+    if n not in (None, 1):
+        raise ValueError("gen(n > 1) is not supported inside programs; use s.fork(n)")
+    if dtype is not None:
+        dtype_to_regex(dtype)  # validate early
+    constraints = [c for c in (dtype, regex, json_schema, ebnf) if c is not None]
+    if len(constraints) > 1:
+        raise ValueError("give at most one of dtype, regex, json_schema, ebnf")
+    params = SamplingParams(
+        max_new_tokens=max_tokens, min_new_tokens=min_tokens, stop=stop,
+        stop_token_ids=stop_token_ids, stop_regex=stop_regex, temperature=temperature, top_p=top_p,
+        top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
+        presence_penalty=presence_penalty, repetition_penalty=repetition_penalty,
+        ignore_eos=ignore_eos, seed=seed, return_logprob=return_logprob,
+        logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
+        return_text_in_logprobs=return_text_in_logprobs, dtype=dtype, regex=regex,
+        json_schema=None if json_schema is None else json_schema_to_str(json_schema), ebnf=ebnf,
+    )
+    return Gen(name, params)
+
+
+def gen_int(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
+    """``gen`` constrained to an integer literal (``-?[0-9]{1,9}``); the value is a string."""
+    return gen(name, max_tokens, dtype=int, **kwargs)
+
+
+def gen_string(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
+    """``gen`` constrained to a double-quoted string literal (quotes included in the value)."""
+    return gen(name, max_tokens, dtype=str, **kwargs)
+
+
+def select(
+    name: str | None = None,
+    choices: list[str] | None = None,
+    temperature: float = 0.0,
+    choices_method: ChoicesSamplingMethod = token_length_normalized,
+) -> Expr:
+    """Append the most likely of ``choices`` (scored by the model) and store it in ``s[name]``.
+
+    Args:
+        name: variable receiving the chosen string; its scores go to ``s.get_meta_info(name)``.
+        choices: non-empty list of distinct, non-empty strings.
+        temperature: must be 0 (selection is greedy, as in SGLang).
+        choices_method: one of ``token_length_normalized`` (default), ``greedy_token_selection``,
+            ``unconditional_likelihood_normalized`` (``radixlm.lang.choices``).
+    Raises:
+        ValueError: empty choices, an empty choice string, or temperature > 0.
+    """
+    if not choices:
+        raise ValueError("select needs a non-empty list of choices")
+    if any(not isinstance(c, str) or c == "" for c in choices):
+        raise ValueError("select choices must be non-empty strings")
+    if temperature > 1e-5:
+        raise ValueError("select only supports temperature=0")
+    return Select(name, list(choices), float(temperature), choices_method)
+
+
+def _role(role: str, expr: Any) -> ExprList:
+    inner = [] if expr is None else as_exprs(expr)
+    return ExprList([RoleBegin(role), *inner, RoleEnd(role)])
+
+
+def system(expr: Any = None) -> ExprList:
+    """A system message wrapping ``expr`` (text or nodes) in the chat template's markers."""
+    return _role("system", expr)
+
+
+def user(expr: Any = None) -> ExprList:
+    """A user message wrapping ``expr`` (text or nodes) in the chat template's markers."""
+    return _role("user", expr)
+
+
+def assistant(expr: Any = None) -> ExprList:
+    """An assistant message wrapping ``expr``, typically ``gen(...)``."""
+    return _role("assistant", expr)
+
+
+def system_begin() -> RoleBegin:
+    """Open a system message (close it with :func:`system_end`)."""
+    return RoleBegin("system")
+
+
+def system_end() -> RoleEnd:
+    """Close a system message."""
+    return RoleEnd("system")
+
+
+def user_begin() -> RoleBegin:
+    """Open a user message (close it with :func:`user_end`)."""
+    return RoleBegin("user")
+
+
+def user_end() -> RoleEnd:
+    """Close a user message."""
+    return RoleEnd("user")
+
+
+def assistant_begin() -> RoleBegin:
+    """Open an assistant message (close it with :func:`assistant_end`)."""
+    return RoleBegin("assistant")
+
+
+def assistant_end() -> RoleEnd:
+    """Close an assistant message."""
+    return RoleEnd("assistant")
+
+
+def var_scope(name: str, expr: Any) -> ExprList:
+    """Capture all text that ``expr`` appends into variable ``name`` (see also ``s.var_scope``)."""
+    return ExprList([VarScopeBegin(name), *as_exprs(expr), VarScopeEnd(name)])

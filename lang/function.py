@@ -1,0 +1,160 @@
+"""``@function``: a Python function over a program state, runnable, batchable and traceable.
+
+Mirrors SGLang's ``SglFunction``: ``f.run(...)`` executes one program, ``f.run_batch([...])`` many in
+parallel after pre-caching their constant prefix, ``f.trace(...)`` returns the IR, ``f.bind(...)``
+fixes arguments, and calling ``f(s, ...)`` from inside another program inlines it on that state.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from radixlm.lang.ir import SamplingParams
+from radixlm.lang.state import StateBase
+from radixlm.lang.tracer import TracedProgram, trace_program
+
+if TYPE_CHECKING:
+    from radixlm.interpreter.state import ProgramState
+
+_SAMPLING_KEYS = {f.name for f in fields(SamplingParams)} - {"dtype", "regex", "json_schema", "ebnf"}
+
+
+def run_defaults(overrides: dict[str, Any]) -> SamplingParams:
+    """Run-level default sampling parameters (SGLang's: 128 new tokens, temperature 1.0, ...)."""
+    base = SamplingParams(max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
+                          frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False)
+    for k, v in overrides.items():
+        setattr(base, k, v)
+    return base
+
+
+def split_run_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``run(**kwargs)`` into (sampling defaults, program arguments)."""
+    sampling = {k: v for k, v in kwargs.items() if k in _SAMPLING_KEYS}
+    return sampling, {k: v for k, v in kwargs.items() if k not in _SAMPLING_KEYS}
+
+
+class Function:
+    """A DSL program. Create with the :func:`function` decorator.
+
+    Attributes:
+        func: the wrapped Python function; its first parameter is the state ``s``.
+        bind_arguments: arguments fixed by :meth:`bind`.
+        num_api_spec_tokens: accepted for SGLang compatibility (API speculative execution); unused.
+    """
+
+    def __init__(self, func: Callable[..., Any], num_api_spec_tokens: int | None = None,
+                 bind_arguments: dict[str, Any] | None = None) -> None:
+        params = list(inspect.signature(func).parameters)
+        if not params:
+            raise TypeError("a @function must take the program state as its first parameter")
+        self.func = func
+        self.num_api_spec_tokens = num_api_spec_tokens
+        self.bind_arguments = dict(bind_arguments or {})
+        self.arg_names = params[1:]
+        self.__name__ = getattr(func, "__name__", "program")
+        self.__doc__ = func.__doc__
+
+    def bind(self, **kwargs: Any) -> Function:
+        """A copy with some arguments fixed. Raises TypeError for unknown argument names."""
+        unknown = set(kwargs) - set(self.arg_names)
+        if unknown:
+            raise TypeError(f"{self.__name__}() has no arguments {sorted(unknown)}")
+        return Function(self.func, self.num_api_spec_tokens, {**self.bind_arguments, **kwargs})
+
+    def bind_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Map positional/keyword program arguments to names (bound ones fill the gaps).
+
+        Raises:
+            TypeError: arguments that do not fit the function's signature.
+        """
+        sig = inspect.signature(self.func)
+        merged = {**self.bind_arguments, **kwargs}
+        bound = sig.bind(None, *args, **merged)
+        bound.apply_defaults()
+        first = next(iter(sig.parameters))
+        return {k: v for k, v in bound.arguments.items() if k != first}
+
+    def run(self, *args: Any, stream: bool = False, backend: Any = None,
+            **kwargs: Any) -> ProgramState:
+        """Execute the program once.
+
+        Args:
+            *args, **kwargs: program arguments; keyword arguments named like sampling parameters
+                (``max_new_tokens``, ``temperature``, ``stop``, ...) become defaults for every
+                ``gen`` of the program instead.
+            stream: run the body on its own thread and stream generations (``s.text_iter()``).
+            backend: a Backend, an ``Engine``, or ``None`` for the default (``set_default_backend``).
+        Returns:
+            the :class:`~radixlm.interpreter.state.ProgramState`; results may still be in flight
+            (``s["x"]`` and ``s.text()`` wait for them).
+        Raises:
+            TypeError: bad arguments; RuntimeError: no backend available.
+        """
+        from radixlm.interpreter.runner import run_program
+
+        sampling, program_kwargs = split_run_kwargs(kwargs)
+        return run_program(self, backend, args, program_kwargs, run_defaults(sampling), stream)
+
+    def run_batch(self, batch_kwargs: list[Any], *, num_threads: int | str = "auto",
+                  progress_bar: bool = False, backend: Any = None,
+                  **sampling: Any) -> list[ProgramState]:
+        """Run the program once per element of ``batch_kwargs`` in parallel, results in order.
+
+        Args:
+            batch_kwargs: list of dicts of arguments (or of positional-argument tuples).
+            num_threads: worker threads, or ``"auto"`` (``min(len(batch), 64)``).
+            progress_bar: show a tqdm bar.
+            backend: as in :meth:`run`.
+            **sampling: default sampling parameters for every ``gen``.
+        Returns:
+            finished program states, ``len == len(batch_kwargs)``, in input order; a program that
+            failed has ``error()`` set instead of raising.
+        Raises:
+            TypeError: unknown sampling keyword or badly shaped arguments.
+        """
+        from radixlm.interpreter.runner import run_program_batch
+
+        unknown = set(sampling) - _SAMPLING_KEYS
+        if unknown:
+            raise TypeError(f"unknown run_batch options {sorted(unknown)}")
+        return run_program_batch(self, backend, list(batch_kwargs), run_defaults(sampling),
+                                 num_threads, progress_bar)
+
+    def trace(self, *, backend: Any = None, **kwargs: Any) -> TracedProgram:
+        """The program's IR, with ``kwargs`` as known arguments (others are placeholders).
+
+        ``backend`` is accepted for SGLang compatibility; use ``TracedProgram.constant_prefix
+        (backend.chat_template)`` to render role markers.
+        """
+        return trace_program(self, kwargs)
+
+    def cache(self, backend: Any = None) -> str:
+        """Send the traced constant prefix to the backend's prefix cache; returns that prefix."""
+        from radixlm.interpreter.runner import cache_program
+
+        return cache_program(self, backend)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``f(s, ...)`` inside a program appends ``f``'s nodes to ``s``; otherwise ``f.run(...)``."""
+        if args and isinstance(args[0], StateBase):
+            merged = {**self.bind_arguments, **kwargs}
+            return self.func(args[0], *args[1:], **merged)
+        return self.run(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<radixlm.function {self.__name__}>"
+
+
+def function(func: Callable[..., Any] | None = None, *,
+             num_api_spec_tokens: int | None = None) -> Any:
+    """Decorator turning ``def f(s, ...)`` into a :class:`Function`.
+
+    Usable bare (``@function``) or with options (``@function(num_api_spec_tokens=64)``).
+    """
+    if func is None:
+        return lambda f: Function(f, num_api_spec_tokens=num_api_spec_tokens)
+    return Function(func, num_api_spec_tokens=num_api_spec_tokens)

@@ -1,0 +1,281 @@
+"""IR of the DSL: small node dataclasses that ``s += ...`` appends to a program.
+
+A program is an ordered list of nodes per state (the root state and each forked child).  Nodes are
+plain data: the interpreter (``radixlm.interpreter``) executes them, the tracer records them.  The
+design follows SGLang's frontend IR (Zheng et al., "SGLang: Efficient Execution of Structured
+Language Model Programs", 2024): constants, generation calls, selections and role markers are the
+primitives; ``a + b`` of nodes builds an :class:`ExprList`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from radixlm.lang.choices import ChoicesSamplingMethod
+from radixlm.lang.constraints import dtype_to_regex
+
+_node_ids = itertools.count()
+
+
+class Expr:
+    """Base of every IR node. ``a + b`` (or ``"text" + node``) concatenates into an ExprList."""
+
+    def __add__(self, other: Any) -> ExprList:
+        return ExprList(as_exprs(self) + as_exprs(other))
+
+    def __radd__(self, other: Any) -> ExprList:
+        return ExprList(as_exprs(other) + as_exprs(self))
+
+
+def as_exprs(x: Any) -> list[Expr]:
+    """Flatten ``x`` (str, Expr, ExprList, or a list/tuple of those) into a list of leaf nodes.
+
+    Raises:
+        TypeError: for values that cannot be appended to a program state.
+    """
+    if isinstance(x, ExprList):
+        return list(x.items)
+    if isinstance(x, Expr):
+        return [x]
+    if isinstance(x, str):
+        return [Constant(x)]
+    if isinstance(x, (list, tuple)):
+        return [e for item in x for e in as_exprs(item)]
+    raise TypeError(f"cannot append {type(x).__name__} to a program state (use str or DSL nodes)")
+
+
+@dataclass(eq=False)
+class ExprList(Expr):
+    """A sequence of nodes executed in order."""
+
+    items: list[Expr]
+
+    def __str__(self) -> str:
+        return " + ".join(str(e) for e in self.items)
+
+
+@dataclass(eq=False)
+class Constant(Expr):
+    """Literal text appended to the state."""
+
+    value: str
+
+    def __str__(self) -> str:
+        return f"Constant({self.value!r})"
+
+
+@dataclass
+class SamplingParams:
+    """Sampling parameters of one ``gen`` call; ``None`` means "inherit the run's default".
+
+    Fields mirror DESIGN.md §3.1/§3.2.  ``max_new_tokens`` counts tokens; ``temperature`` < 1e-6 is
+    greedy; ``top_k`` -1 disables it.  ``dtype`` (int/float/str/bool) is turned into a regex by
+    :meth:`to_native`; ``json_schema`` is a JSON string (``gen`` converts dicts and pydantic classes).
+    """
+
+    max_new_tokens: int | None = None
+    min_new_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool | None = None
+    seed: int | None = None
+    return_logprob: bool | None = None
+    logprob_start_len: int | None = None
+    top_logprobs_num: int | None = None
+    return_text_in_logprobs: bool | None = None
+    dtype: Any = None
+    regex: str | None = None
+    json_schema: str | None = None
+    ebnf: str | None = None
+
+    # NOTE: keys sent inside the native ``sampling_params`` object (the rest go top-level).
+    _NATIVE_KEYS = (
+        "max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature",
+        "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+        "ignore_eos", "seed", "regex", "json_schema", "ebnf",
+    )
+    _REQUEST_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num",
+                     "return_text_in_logprobs")
+
+    def merged(self, defaults: SamplingParams | None) -> SamplingParams:
+        """A copy where every ``None`` field is taken from ``defaults`` (a run's defaults)."""
+        if defaults is None:
+            return replace(self)
+        vals = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in vals.items():
+            if v is None:
+                vals[k] = getattr(defaults, k)
+        return SamplingParams(**vals)
+
+    def to_native(self) -> dict[str, Any]:
+        """The native protocol's ``sampling_params`` dict (``None`` fields omitted).
+
+        Raises:
+            ValueError: for an unsupported ``dtype``.
+        """
+        out = {k: getattr(self, k) for k in self._NATIVE_KEYS if getattr(self, k) is not None}
+        if self.dtype is not None:
+            out["regex"] = dtype_to_regex(self.dtype)
+            out.pop("json_schema", None)
+            out.pop("ebnf", None)
+        if isinstance(out.get("stop"), tuple):
+            out["stop"] = list(out["stop"])
+        return out
+
+    def request_options(self) -> dict[str, Any]:
+        """Top-level request fields (logprob options) that are set."""
+        return {k: getattr(self, k) for k in self._REQUEST_KEYS if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        """Short ``k=v`` list of the set fields, for ``__str__`` of traces."""
+        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                         if getattr(self, f.name) is not None)
+
+
+@dataclass(eq=False)
+class Gen(Expr):
+    """Call the model and append its completion; stored as variable ``name`` (if given)."""
+
+    name: str | None
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+    def __str__(self) -> str:
+        extra = self.params.describe()
+        return f"Gen({self.name!r}{', ' + extra if extra else ''})"
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    """Score ``choices`` as continuations and append the best one (greedy only).
+
+    ``temperature`` must be 0 (SGLang semantics); ``choices_method`` decides how the per-token
+    logprobs of each choice are turned into a decision.
+    """
+
+    name: str | None
+    choices: list[str]
+    temperature: float
+    choices_method: ChoicesSamplingMethod
+
+    def __str__(self) -> str:
+        return f"Select({self.name!r}, choices={self.choices!r}, method={self.choices_method})"
+
+
+@dataclass(eq=False)
+class RoleBegin(Expr):
+    """Start of a chat message; the backend's chat template gives its text."""
+
+    role: str
+
+    def __str__(self) -> str:
+        return f"RoleBegin({self.role})"
+
+
+@dataclass(eq=False)
+class RoleEnd(Expr):
+    """End of a chat message; records the message for ``s.messages()``."""
+
+    role: str
+
+    def __str__(self) -> str:
+        return f"RoleEnd({self.role})"
+
+
+@dataclass(eq=False)
+class VarScopeBegin(Expr):
+    """Start capturing the text appended from here on into variable ``name``."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"VarScopeBegin({self.name!r})"
+
+
+@dataclass(eq=False)
+class VarScopeEnd(Expr):
+    """Stop capturing: variable ``name`` = the text appended since the matching begin."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"VarScopeEnd({self.name!r})"
+
+
+@dataclass(eq=False)
+class CommitLazy(Expr):
+    """Send the current text as a prefill-only request so its KV enters the prefix cache."""
+
+    def __str__(self) -> str:
+        return "CommitLazy()"
+
+
+@dataclass(eq=False)
+class Argument(Expr):
+    """Tracing placeholder for a program argument whose value is unknown at trace time."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"Argument({self.name!r})"
+
+    def __format__(self, spec: str) -> str:
+        from radixlm.lang.tracer import StopTracing
+
+        raise StopTracing(f"argument {self.name!r} used in a format string")
+
+
+@dataclass(eq=False)
+class Variable(Expr):
+    """Tracing placeholder for ``s["name"]``: the value of a variable produced at run time."""
+
+    name: str
+    source: str = "s"
+
+    def __str__(self) -> str:
+        return f"Variable({self.source}[{self.name!r}])"
+
+    def __format__(self, spec: str) -> str:
+        from radixlm.lang.tracer import StopTracing
+
+        raise StopTracing(f"variable {self.name!r} used in a format string")
+
+    def __bool__(self) -> bool:
+        from radixlm.lang.tracer import StopTracing
+
+        raise StopTracing(f"control flow depends on variable {self.name!r}")
+
+    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        return self.__bool__()
+
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class Fork(Expr):
+    """Trace record: the state forked into ``n`` children (their IR is ``children``)."""
+
+    n: int
+    children: list[list[Expr]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"Fork({self.n})"
+
+
+@dataclass(eq=False)
+class Join(Expr):
+    """Trace record: children of a fork were joined back (``mode`` as in ``ForkedStates.join``)."""
+
+    mode: str = "gather_variable"
+
+    def __str__(self) -> str:
+        return f"Join({self.mode!r})"
