@@ -288,6 +288,9 @@ class Scheduler:
                 self.tree_cache.cache_unfinished_req(req)
                 self.chunked_req = req
             elif batch.mode == ForwardMode.EXTEND:
+                # NOTE: the prompt enters the tree right after prefill, so requests admitted
+                # next can share it while this one is still decoding.
+                self.tree_cache.cache_unfinished_req(req)
                 self.running.append(req)
             touched.append(req)
         return touched

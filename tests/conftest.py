@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
+
+# NOTE: Triton's interpreter must be chosen before anything imports triton (kernel tests on CPU).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 

@@ -1,0 +1,113 @@
+"""Kernels of the runtime's hot path, each op in its own file beside its torch reference.
+
+The functions here dispatch: Triton on CUDA tensors (when triton is installed), the torch
+reference otherwise. ``RADIXLM_FORCE_TORCH_OPS=1`` forces the references everywhere (read at each
+call). The op files hold the contracts (shapes, dtypes, strides) in their docstrings:
+
+========================  ====================================================================
+op                        file
+========================  ====================================================================
+decode_attention          ``decode_attention.py`` (split-KV over ``req_to_token``, GQA)
+extend_attention          ``extend_attention.py`` (ragged new tokens over cached prefix)
+store_kv                  ``store_kv.py``
+rmsnorm, fused_add_...    ``rmsnorm.py``
+compute_cos_sin_cache,    ``rotary.py`` (HF neox convention, linear / llama3 scaling)
+apply_rotary
+silu_and_mul              ``activation.py``
+apply_token_bitmask       ``bitmask.py`` (in place; ``indices`` picks logits rows)
+========================  ====================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+from radixlm.kernels._triton import HAS_TRITON
+
+# NOTE: the dispatching functions below shadow the submodules of the same name as attributes of
+# this package, so submodules are fetched with import_module (which reads sys.modules), never with
+# ``from radixlm.kernels import decode_attention``. Import a file's contents with
+# ``from radixlm.kernels.decode_attention import decode_attention_ref``.
+_act = importlib.import_module("radixlm.kernels.activation")
+_bitmask = importlib.import_module("radixlm.kernels.bitmask")
+_decode = importlib.import_module("radixlm.kernels.decode_attention")
+_extend = importlib.import_module("radixlm.kernels.extend_attention")
+_norm = importlib.import_module("radixlm.kernels.rmsnorm")
+_rotary = importlib.import_module("radixlm.kernels.rotary")
+_store = importlib.import_module("radixlm.kernels.store_kv")
+from radixlm.kernels.rotary import compute_cos_sin_cache, rope_inv_freq
+
+__all__ = [
+    "use_triton",
+    "decode_attention",
+    "extend_attention",
+    "store_kv",
+    "rmsnorm",
+    "fused_add_rmsnorm",
+    "compute_cos_sin_cache",
+    "rope_inv_freq",
+    "apply_rotary",
+    "silu_and_mul",
+    "apply_token_bitmask",
+]
+
+
+def use_triton(x: torch.Tensor) -> bool:
+    """Whether ops on ``x`` go to the Triton kernels (CUDA tensor, triton present, not forced off)."""
+    return x.is_cuda and HAS_TRITON and os.environ.get("RADIXLM_FORCE_TORCH_OPS", "0") != "1"
+
+
+def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
+                     num_kv_splits=None, out=None):
+    fn = _decode.decode_attention if use_triton(q) else _decode.decode_attention_ref
+    return fn(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
+              num_kv_splits=num_kv_splits, out=out)
+
+
+def extend_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+                     extend_start_loc, sm_scale, max_extend_len=None, out=None):
+    fn = _extend.extend_attention if use_triton(q) else _extend.extend_attention_ref
+    return fn(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens,
+              extend_start_loc, sm_scale, max_extend_len=max_extend_len, out=out)
+
+
+def store_kv(k_buffer, v_buffer, loc, k, v) -> None:
+    fn = _store.store_kv if use_triton(k_buffer) else _store.store_kv_ref
+    fn(k_buffer, v_buffer, loc, k, v)
+
+
+def rmsnorm(x, weight, eps):
+    return (_norm.rmsnorm if use_triton(x) else _norm.rmsnorm_ref)(x, weight, eps)
+
+
+def fused_add_rmsnorm(x, residual, weight, eps):
+    return (_norm.fused_add_rmsnorm if use_triton(x) else _norm.fused_add_rmsnorm_ref)(x, residual, weight, eps)
+
+
+def apply_rotary(q, k, positions, cos_sin_cache):
+    return (_rotary.apply_rotary if use_triton(q) else _rotary.apply_rotary_ref)(q, k, positions, cos_sin_cache)
+
+
+def silu_and_mul(x):
+    return (_act.silu_and_mul if use_triton(x) else _act.silu_and_mul_ref)(x)
+
+
+def apply_token_bitmask(logits, bitmask, indices=None) -> None:
+    fn = _bitmask.apply_token_bitmask_triton if use_triton(logits) else _bitmask.apply_token_bitmask_ref
+    fn(logits, bitmask, indices)
+
+
+for _f, _src in [
+    (decode_attention, _decode.decode_attention),
+    (extend_attention, _extend.extend_attention),
+    (store_kv, _store.store_kv),
+    (rmsnorm, _norm.rmsnorm),
+    (fused_add_rmsnorm, _norm.fused_add_rmsnorm),
+    (apply_rotary, _rotary.apply_rotary),
+    (silu_and_mul, _act.silu_and_mul),
+    (apply_token_bitmask, _bitmask.apply_token_bitmask_triton),
+]:
+    _f.__doc__ = f"Dispatching entry point (Triton on CUDA, torch reference elsewhere).\n\n{_src.__doc__}"

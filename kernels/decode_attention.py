@@ -1,0 +1,263 @@
+"""Decode attention over the token-granular KV pool (one new query token per request).
+
+Layout (``runtime/memory.py``): ``k_buffer``/``v_buffer`` are ``[num_slots + 1, kv_heads, D]``;
+``req_to_token[req_pool_indices[b], pos]`` is the slot of position ``pos`` of request ``b``.
+Request ``b`` attends to positions ``[0, seq_lens[b])`` (its current token's KV already stored).
+
+Kernel: split-KV ("flash-decoding"). Stage 1 runs one program per (request, kv head, split); the
+program holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot``), walks its
+slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. Stage
+2 merges the splits per (request, head). With one split, stage 1 writes the output directly. Splits are computed per request from ``seq_lens`` on the
+device, so ``num_kv_splits`` is a launch constant that CUDA graphs can capture.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from radixlm.kernels._triton import check_triton, dot, device_sms, next_pow2, tl, triton
+
+_LOG2E = 1.4426950408889634
+
+
+def decode_attention_ref(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    num_kv_splits: int | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Torch reference (fp32 math, one request at a time). Same contract as :func:`decode_attention`.
+
+    A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits`` is ignored.
+    """
+    B, H, D = q.shape
+    KH = k_buffer.shape[1]
+    G = H // KH
+    o = torch.zeros((B, H, D), dtype=q.dtype, device=q.device) if out is None else out
+    rows = req_pool_indices.tolist()
+    lens = seq_lens.tolist()
+    for b in range(B):
+        L = int(lens[b])
+        if L == 0:
+            o[b].zero_()
+            continue
+        slots = req_to_token[int(rows[b]), :L].long()
+        k = k_buffer[slots].float()  # [L, KH, D]
+        v = v_buffer[slots].float()
+        qb = q[b].float().view(KH, G, D)
+        s = torch.einsum("kgd,lkd->kgl", qb, k) * sm_scale
+        p = torch.softmax(s, dim=-1)
+        o[b] = torch.einsum("kgl,lkd->kgd", p, v).reshape(H, D).to(o.dtype)
+    return o
+
+
+@triton.jit
+def _decode_stage1(
+    q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr,
+    mid_o_ptr, mid_lse_ptr,
+    qk_scale, num_kv_splits,
+    stride_qb, stride_qh,
+    stride_ks, stride_kh,
+    stride_vs, stride_vh,
+    stride_rt,
+    stride_mob, stride_moh, stride_mos,
+    stride_mlb, stride_mlh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    ONE_SPLIT: tl.constexpr,
+):
+    # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2.
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
+    # Splits are whole BLOCK_N tiles, so a short sequence occupies few splits (the rest exit).
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    offs_g = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_g = offs_g < GROUP
+    mask_d = offs_d < HEAD_DIM
+    heads = kvh * GROUP + offs_g
+    mo = mid_o_ptr + b * stride_mob + heads[:, None] * stride_moh + split * stride_mos + offs_d[None, :]
+    if end > start:
+        req = tl.load(req_idx_ptr + b).to(tl.int64)
+        offs_n = tl.arange(0, BLOCK_N)
+        q = tl.load(
+            q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+            mask=mask_g[:, None] & mask_d[None, :], other=0.0,
+        )
+        m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+        row_ptr = req_to_token_ptr + req * stride_rt
+        for n0 in range(start, end, BLOCK_N):
+            pos = n0 + offs_n
+            mask_n = pos < end
+            slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
+            k = tl.load(
+                k_ptr + slots[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
+                mask=mask_n[None, :] & mask_d[:, None], other=0.0,
+            )  # [BLOCK_D, BLOCK_N]
+            s = dot(q, k, IEEE) * qk_scale  # log2 domain
+            s = tl.where(mask_n[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            v = tl.load(
+                v_ptr + slots[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
+                mask=mask_n[:, None] & mask_d[None, :], other=0.0,
+            )  # [BLOCK_N, BLOCK_D]
+            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+
+        out = acc / l_i[:, None]
+        tl.store(mo, out.to(mid_o_ptr.dtype.element_ty), mask=mask_g[:, None] & mask_d[None, :])
+        if not ONE_SPLIT:
+            tl.store(mid_lse_ptr + b * stride_mlb + heads * stride_mlh + split, m_i + tl.log2(l_i), mask=mask_g)
+    else:
+        if ONE_SPLIT:  # seq_len == 0
+            zero = tl.zeros([BLOCK_H, BLOCK_D], dtype=mid_o_ptr.dtype.element_ty)
+            tl.store(mo, zero, mask=mask_g[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _decode_stage2(
+    mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr,
+    num_kv_splits,
+    stride_mob, stride_moh, stride_mos,
+    stride_mlb, stride_mlh,
+    stride_ob, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N  # as in stage 1
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HEAD_DIM
+
+    m_i = float("-inf")
+    l_i = 0.0
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    mo = mid_o_ptr + b * stride_mob + h * stride_moh
+    ml = mid_lse_ptr + b * stride_mlb + h * stride_mlh
+    for split in range(0, num_kv_splits):
+        if split * split_len < seq_len:
+            lse = tl.load(ml + split)
+            part = tl.load(mo + split * stride_mos + offs_d, mask=mask_d, other=0.0)
+            m_new = tl.maximum(m_i, lse)
+            alpha = tl.exp2(m_i - m_new)
+            w = tl.exp2(lse - m_new)
+            acc = acc * alpha + w * part
+            l_i = l_i * alpha + w
+            m_i = m_new
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)  # no split ran (seq_len 0): zeros
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=mask_d)
+
+
+def default_num_kv_splits(batch: int, kv_heads: int, device: torch.device) -> int:
+    """Splits per request so that ``batch * kv_heads * splits`` covers the GPU about twice.
+
+    Depends only on the batch shape (not on ``seq_lens``), so a CUDA graph captured for a batch size
+    stays valid for every sequence length. Power of two in ``[1, 32]``; 1 once ``batch * kv_heads >=
+    2 * SMs`` (64 requests of 8 kv heads on an H200), which also skips the reduction kernel. Chosen
+    from the H200 sweeps in benchmarks/results/kernels_h200.md (more splits lose bandwidth at batch
+    64; 32 beats 64 at batch 1).
+    """
+    target = 2 * device_sms(device)
+    return min(32, next_pow2(max(1, math.ceil(target / (batch * kv_heads)))))
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float,
+    num_kv_splits: int | None = None,
+    out: torch.Tensor | None = None,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
+    """Attention of one query token per request over its KV in the pool (Triton).
+
+    Args:
+        q: ``[B, H, D]``, last dim contiguous (a strided view of a fused qkv is fine).
+        k_buffer, v_buffer: ``[num_slots + 1, KH, D]`` with ``H % KH == 0``, same dtype as ``q``.
+        req_to_token: int32 ``[max_reqs, max_context_len]``, last dim contiguous.
+        req_pool_indices: int ``[B]`` rows of ``req_to_token``.
+        seq_lens: int ``[B]``; request ``b`` attends to positions ``[0, seq_lens[b])``.
+        sm_scale: softmax scale (usually ``D ** -0.5``).
+        num_kv_splits: splits of each sequence (default :func:`default_num_kv_splits`).
+        out: optional ``[B, H, D]`` output buffer (e.g. a CUDA-graph static tensor).
+        block_n, num_warps, num_stages: tuning knobs of stage 1.
+
+    Returns:
+        ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.
+    """
+    B, H, D = q.shape
+    assert k_buffer.dim() == 3 and k_buffer.shape == v_buffer.shape, (k_buffer.shape, v_buffer.shape)
+    KH = k_buffer.shape[1]
+    assert k_buffer.shape[2] == D and H % KH == 0, (q.shape, k_buffer.shape)
+    assert q.dtype == k_buffer.dtype == v_buffer.dtype, (q.dtype, k_buffer.dtype, v_buffer.dtype)
+    assert q.stride(2) == 1 and k_buffer.stride(2) == 1 and v_buffer.stride(2) == 1
+    assert req_to_token.dtype == torch.int32 and req_to_token.dim() == 2 and req_to_token.stride(1) == 1
+    assert req_pool_indices.shape == (B,) and seq_lens.shape == (B,), (req_pool_indices.shape, seq_lens.shape)
+    assert req_pool_indices.dtype in (torch.int32, torch.int64) and seq_lens.dtype in (torch.int32, torch.int64)
+    check_triton(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+    if out is None:
+        out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
+    assert out.shape == (B, H, D) and out.dtype == q.dtype and out.stride(2) == 1
+    if B == 0:
+        return out
+    G = H // KH
+    S = num_kv_splits or default_num_kv_splits(B, KH, q.device)
+    BLOCK_D = next_pow2(D)
+    common = dict(GROUP=G, HEAD_DIM=D, BLOCK_H=max(16, next_pow2(G)), BLOCK_D=BLOCK_D, BLOCK_N=block_n,
+                  IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
+    head = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+    strides = (
+        q.stride(0), q.stride(1),
+        k_buffer.stride(0), k_buffer.stride(1),
+        v_buffer.stride(0), v_buffer.stride(1),
+        req_to_token.stride(0),
+    )
+    if S == 1:
+        _decode_stage1[(B, KH, 1)](
+            *head, out, out, sm_scale * _LOG2E, 1, *strides,
+            out.stride(0), out.stride(1), 0, 0, 0,
+            ONE_SPLIT=True, **common,
+        )
+        return out
+    mid_o = torch.empty((B, H, S, D), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    _decode_stage1[(B, KH, S)](
+        *head, mid_o, mid_lse, sm_scale * _LOG2E, S, *strides,
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1),
+        ONE_SPLIT=False, **common,
+    )
+    _decode_stage2[(B, H)](
+        mid_o, mid_lse, out, seq_lens,
+        S,
+        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1),
+        out.stride(0), out.stride(1),
+        HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_N=block_n,
+        num_warps=2 if BLOCK_D <= 128 else 4,
+    )
+    return out
