@@ -114,13 +114,7 @@ class Engine:
                 box.put((False, e))
 
     def _abort_all(self, message: str) -> list[Req]:
-        sched = self.scheduler
-        reqs = list(sched.waiting) + list(sched.running) + ([sched.chunked_req] if sched.chunked_req else [])
-        out = []
-        for req in reqs:
-            aborted = sched.abort(req.rid, message)
-            if aborted is not None:
-                out.append(aborted)
+        out = self.scheduler.abort_all(message)
         if self._stopped.is_set():
             for req in out:
                 req.extra["sink"](req)

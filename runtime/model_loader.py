@@ -76,8 +76,8 @@ def load_model(
                 p.normal_(0.0, 0.02, generator=gen)
     else:
         model.load_weights((n, t.to(device=device, dtype=dtype)) for n, t in iter_safetensors(path))
-    # NOTE: rotary inv_freq must stay fp32 whatever the model dtype.
+    # NOTE: the rotary cos/sin table stays fp32 whatever the model dtype.
     for module in model.modules():
-        if hasattr(module, "inv_freq"):
-            module.inv_freq = module.inv_freq.float()
+        if hasattr(module, "cos_sin_cache"):
+            module.cos_sin_cache = module.cos_sin_cache.to(device=device, dtype=torch.float32)
     return model.eval()

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from radixlm.runtime.attention import TorchAttentionBackend
+from radixlm.runtime.attention import AttentionBackend
 from radixlm.runtime.batch import ScheduleBatch, StepOutput
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator
@@ -50,10 +50,16 @@ class ModelRunner:
         )
         self.allocator = TokenToKVPoolAllocator(self.max_total_tokens, self.device)
         rows = args.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
-        self.req_to_token_pool = ReqToTokenPool(rows, self.context_len + 8, self.device)
-        self.attn_backend = TorchAttentionBackend(c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
+        pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
+        self.attn_backend = AttentionBackend(c.num_attention_heads, c.num_key_value_heads, c.head_dim)
         self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
         self.logits_mask_fn: LogitsMaskFn | None = None
+        self.cuda_graph = None
+        if self.device.type == "cuda" and not args.disable_cuda_graph:
+            from radixlm.runtime.cuda_graph import CudaGraphRunner
+
+            self.cuda_graph = CudaGraphRunner(self, min(args.cuda_graph_max_bs, args.max_running_requests), pad_row)
 
     def _kv_pool_size(self) -> int:
         c = self.cfg
@@ -115,6 +121,9 @@ class ModelRunner:
         ``(first row in logits, absolute positions)``.
         """
         fb = self._forward_batch(batch)
+        if batch.mode == ForwardMode.DECODE and self.cuda_graph is not None and self.cuda_graph.can_run(fb.batch_size):
+            logits = self.cuda_graph.replay(fb)
+            return logits, [(i, [s.start]) for i, s in enumerate(batch.slices)]
         hidden = self.model(fb.input_ids, fb.positions, fb)
         index, offset, per_slice = [], 0, []
         for s in batch.slices:

@@ -59,9 +59,9 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     the others from ``generator``. Returns int64 ``[B]`` on the logits' device.
     """
     b, vocab = logits.shape
-    greedy = torch.tensor([r.sampling_params.is_greedy for r in reqs], device=logits.device)
+    greedy = [r.sampling_params.is_greedy for r in reqs]
     out = logits.argmax(dim=-1)
-    if bool(greedy.all()):
+    if all(greedy):
         return out
     sp = [r.sampling_params for r in reqs]
     temp = torch.tensor([max(p.temperature, 1e-6) for p in sp], device=logits.device, dtype=logits.dtype)

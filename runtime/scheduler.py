@@ -68,6 +68,8 @@ class Scheduler:
         runner.logits_mask_fn = self.grammar.mask_logits
         self._aborted: list[Req] = []  # requests finished during admission (bad grammar)
         self.ran_batch = False  # whether the last step ran a forward pass
+        self.cur_batch: ScheduleBatch | None = None  # the batch being run (for abort_all)
+        self._checked_idle = True  # integrity checked since the last work
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked_req: Req | None = None
@@ -118,8 +120,27 @@ class Scheduler:
         if batch is None:
             self._idle_check()
             return aborted
+        self._checked_idle = False
+        self.cur_batch = batch
         outs = self.runner.run(batch)
-        return aborted + self._process(batch, outs)
+        touched = self._process(batch, outs)
+        self.cur_batch = None
+        return aborted + touched
+
+    def abort_all(self, message: str) -> list[Req]:
+        """Abort every queued, running and in-flight request (e.g. after a failed step)."""
+        reqs = list(self.waiting) + list(self.running) + ([self.chunked_req] if self.chunked_req else [])
+        if self.cur_batch is not None:
+            for sl in self.cur_batch.slices:  # slots of slices that never completed
+                if sl.req.kv_len < sl.end and sl.req.req_pool_idx is not None:
+                    self.allocator.free(self.req_to_token_pool.read(sl.req.req_pool_idx, sl.end, sl.start))
+            reqs += [r for r in self.cur_batch.reqs if r not in reqs and not r.finished]
+            self.cur_batch = None
+        self.waiting, self.running, self.chunked_req = [], [], None
+        for req in reqs:
+            if not req.finished:
+                self._finish(req, {"type": "abort", "message": message}, holds_kv=req.req_pool_idx is not None)
+        return reqs
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False) while any request is queued or running."""
@@ -303,8 +324,9 @@ class Scheduler:
         self.output_processor.finish(req)
 
     def _idle_check(self) -> None:
-        if self.has_work():
+        if self.has_work() or self._checked_idle:
             return
+        self._checked_idle = True
         problems = self.tree_cache.check_integrity()
         if problems:
             logger.error(

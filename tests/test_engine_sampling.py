@@ -205,3 +205,27 @@ def test_default_model_is_created_on_first_use():
     assert path.startswith(os.environ["RADIXLM_CACHE"]) and os.path.exists(os.path.join(path, "config.json"))
     with Engine(device="cpu", max_total_tokens=256) as e:
         assert e.generate("def", {"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+
+
+def test_failed_step_aborts_requests_and_frees_kv(tiny_llama):
+    """An exception inside a forward pass aborts the requests in flight, frees their KV and
+    leaves the engine serving."""
+    with Engine(tiny_llama, device="cpu", max_total_tokens=1024) as e:
+        runner = e.runner
+        real_run = runner.run
+        calls = {"n": 0}
+
+        def flaky(batch):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("injected failure")
+            return real_run(batch)
+
+        runner.run = flaky
+        out = e.generate([PROMPT, "import os"], GREEDY)
+        assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in out)
+        assert "injected failure" in out[0]["meta_info"]["finish_reason"]["message"]
+        assert e.generate(PROMPT, GREEDY)["meta_info"]["finish_reason"]["type"] == "length"
+        assert e.flush_cache()
+        info = e.get_server_info()
+        assert info["kv_available_tokens"] == info["max_total_num_tokens"]

@@ -6,19 +6,21 @@ gate/up into ``gate_up_proj`` (one GEMM each); ``load_weights`` maps the HF name
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from radixlm import kernels as ops
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm (Zhang & Sennrich 2019) over the last dim, computed in fp32 like HF Llama."""
+    """RMSNorm (Zhang & Sennrich 2019) over the last dim, rounding like HF Llama.
+
+    Runs ``radixlm.kernels.rmsnorm`` / ``fused_add_rmsnorm`` (Triton on CUDA, torch elsewhere).
+    """
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -27,62 +29,28 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         """x ``[..., dim]``; with ``residual`` returns ``(norm(x + residual), x + residual)``."""
-        if residual is not None:
-            x = x + residual
-            residual = x
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        y = self.weight * h.to(dtype)
-        return y if residual is None else (y, residual)
-
-
-def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies ``[head_dim/2]`` (fp32), with ``linear`` or ``llama3`` scaling applied.
-
-    llama3 scaling follows Meta's Llama 3.1 reference: long wavelengths are divided by ``factor``,
-    short ones kept, and the band between smoothly interpolated.
-    """
-    dim = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    rs = cfg.rope_scaling or {}
-    kind = rs.get("rope_type", rs.get("type", "default"))
-    if kind == "linear":
-        inv = inv / rs["factor"]
-    elif kind == "llama3":
-        factor, lo, hi = rs["factor"], rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
-        old_ctx = rs["original_max_position_embeddings"]
-        lo_wavelen, hi_wavelen = old_ctx / lo, old_ctx / hi
-        wavelen = 2 * math.pi / inv
-        scaled = torch.where(wavelen > lo_wavelen, inv / factor, inv)
-        smooth = (old_ctx / wavelen - lo) / (hi - lo)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= hi_wavelen) & (wavelen <= lo_wavelen)
-        inv = torch.where(medium, smoothed, scaled)
-    elif kind not in ("default", None):
-        raise ValueError(f"unsupported rope_scaling type {kind!r}")
-    return inv
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if residual is None:
+            return ops.rmsnorm(x2, self.weight, self.eps).view(shape)
+        y, new_residual = ops.fused_add_rmsnorm(x2, residual.reshape(-1, shape[-1]), self.weight, self.eps)
+        return y.view(shape), new_residual.view(shape)
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021) in the HF ``rotate_half`` (neox) layout."""
+    """Rotary position embedding (Su et al. 2021) in the HF ``rotate_half`` (neox) layout, with
+    ``linear``/``llama3`` scaling; a fp32 cos/sin table over ``max_position_embeddings``."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.head_dim = cfg.head_dim
-        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+        table = ops.compute_cos_sin_cache(
+            cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling, torch.float32
+        )
+        self.register_buffer("cos_sin_cache", table, persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        """positions int64 ``[T]``; q ``[T, H, D]``, k ``[T, KH, D]`` -> rotated (q, k)."""
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos()[:, None, :].to(q.dtype), emb.sin()[:, None, :].to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
+        """positions int64 ``[T]``; q ``[T, H, D]``, k ``[T, KH, D]`` -> rotated (q, k), in place."""
+        return ops.apply_rotary(q, k, positions, self.cos_sin_cache)
 
 
 class Attention(nn.Module):
@@ -106,7 +74,7 @@ class Attention(nn.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(positions, q, k)
-        o = fb.attn_backend.forward(q.flatten(1), k.flatten(1), v.contiguous(), self.layer_id, fb)
+        o = fb.attn_backend.forward(q, k, v.view(-1, c.num_key_value_heads, c.head_dim), self.layer_id, fb)
         return self.o_proj(o)
 
 
@@ -119,8 +87,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

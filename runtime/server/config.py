@@ -24,7 +24,7 @@ class ServerConfig(ServerArgs):
         served_model_name: the model name of the OpenAI API (default: ``model_path``).
         ready_timeout_s: seconds to wait for the child processes to report ready.
         log_level: overrides the engine default so the per-prefill-batch log line shows.
-    Raises ``ValueError`` for an out-of-range port or queue bound.
+    Raises ``ValueError`` for an out-of-range port or queue bound, or ``skip_tokenizer_init``.
     """
 
     host: str = "127.0.0.1"
@@ -39,6 +39,8 @@ class ServerConfig(ServerArgs):
         super().__post_init__()
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if getattr(self, "skip_tokenizer_init", False):
+            raise ValueError("skip_tokenizer_init is not supported by the server (it detokenizes and takes text)")
         if self.max_queued_requests is not None and self.max_queued_requests < 0:
             raise ValueError("max_queued_requests must be >= 0")
 

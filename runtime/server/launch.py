@@ -57,9 +57,10 @@ class ServerProcesses:
             writer.close()
             self.procs[name], self.readers[name] = proc, reader
 
-    def wait_ready(self, timeout_s: float) -> dict[str, dict]:
+    def wait_ready(self, timeout_s: float, stop: threading.Event | None = None) -> dict[str, dict]:
         """Block until every child reported ready; returns their reports.
-        Raises ``RuntimeError`` naming the child that failed, died or timed out."""
+        Raises ``RuntimeError`` naming the child that failed, died or timed out, and
+        ``InterruptedError`` when ``stop`` is set meanwhile."""
         deadline = time.monotonic() + timeout_s
         reports: dict[str, dict] = {}
         for name, reader in self.readers.items():
@@ -75,6 +76,8 @@ class ServerProcesses:
                         raise RuntimeError(f"{name} process failed to start:\n{msg.get('message')}")
                     reports[name] = msg
                     break
+                if stop is not None and stop.is_set():
+                    raise InterruptedError("stopped during startup")
                 if not proc.is_alive():
                     raise RuntimeError(f"{name} process {_describe_exit(proc.exitcode)} during startup")
                 if time.monotonic() > deadline:
@@ -84,11 +87,12 @@ class ServerProcesses:
     def watch(self) -> None:
         """Start a thread that exits this process with status 1 when any child dies."""
         def run() -> None:
-            wait_sentinels([p.sentinel for p in self.procs.values()])
+            ready = wait_sentinels([p.sentinel for p in self.procs.values()])
             if self.stopping:
                 return
             for name, proc in self.procs.items():
-                if not proc.is_alive():
+                if proc.sentinel in ready:
+                    proc.join(2)  # NOTE: the sentinel closes a moment before the child is reapable
                     logger.error("%s process (pid %d) %s; shutting the server down", name, proc.pid,
                                  _describe_exit(proc.exitcode))
             self.shutdown()
@@ -127,15 +131,18 @@ def launch_server(config: ServerConfig) -> int:
     stop_requested = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop_requested.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        from transformers import AutoTokenizer  # NOTE: loads while the children boot
+
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.model_path)
         try:
-            reports = children.wait_ready(config.ready_timeout_s)
+            reports = children.wait_ready(config.ready_timeout_s, stop_requested)
         except RuntimeError as e:
             logger.error("%s", e)
             return 1
-        if stop_requested.is_set():
+        except InterruptedError:
             return 0
         children.watch()
-        _serve(config, paths, reports["scheduler"], stop_requested)
+        _serve(config, paths, tokenizer, reports["scheduler"])
         return 0
     finally:
         children.shutdown()
@@ -143,14 +150,12 @@ def launch_server(config: ServerConfig) -> int:
             signal.signal(s, handler)
 
 
-def _serve(config: ServerConfig, paths: IpcPaths, info: dict, stop_requested: threading.Event) -> None:
+def _serve(config: ServerConfig, paths: IpcPaths, tokenizer, info: dict) -> None:
     import uvicorn
-    from transformers import AutoTokenizer
 
     from radixlm.runtime.server.http_native import create_app
     from radixlm.runtime.server.tokenizer_manager import TokenizerManager
 
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or config.model_path)
     tm = TokenizerManager(config, paths, tokenizer, info)
     app = create_app(tm)
     uv_config = uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower(),

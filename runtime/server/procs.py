@@ -44,8 +44,21 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+PR_SET_NAME = 15
+
+
+def set_process_name(name: str) -> None:
+    """Set the kernel's process name (``/proc/PID/comm``, shown by ps/top; 15 chars max)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except OSError:
+        pass
+
+
 def child_init(log_level: str, name: str) -> None:
-    """Common start of every child: logging, parent-death signal, SIGINT left to the parent."""
+    """Common start of every child: logging, process name ``radixlm-<name>``, parent-death
+    signal, SIGINT left to the parent."""
     setup_logging(log_level, name)
+    set_process_name(f"radixlm-{name}"[:15])
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C reaches the group; the parent decides

@@ -33,6 +33,7 @@ class SchedulerServer:
 
         self.args = args
         self.tokenizer, eos_ids = load_tokenizer(args.tokenizer_path or args.model_path, args.model_path)
+        # NOTE: the server always has a tokenizer (ServerConfig rejects skip_tokenizer_init)
         self.runner = ModelRunner(args, args.model_path, eos_ids)
         self.scheduler = Scheduler(args, self.runner, self.tokenizer)
         ctx = zmq.Context()
@@ -58,8 +59,8 @@ class SchedulerServer:
         }
 
     # ------------------------------------------------------------ inbox
-    def _recv_all(self, block: bool) -> None:
-        if block and not self.recv_sock.poll(IDLE_POLL_MS):
+    def _recv_all(self, wait_ms: int) -> None:
+        if wait_ms and not self.recv_sock.poll(wait_ms):
             return
         while True:
             try:
@@ -80,6 +81,7 @@ class SchedulerServer:
                 rids = [msg.rid]
             for rid in rids:
                 req = sched.abort(rid, msg.message)
+                logger.info("abort %s (%s): %s", rid, msg.message, "done" if req else "not found")
                 if req is not None:
                     self.pending.append(req)
         elif isinstance(msg, ControlReq):
@@ -179,8 +181,9 @@ class SchedulerServer:
 
     def serve(self) -> None:
         sched = self.scheduler
+        wait_ms = 0
         while True:
-            self._recv_all(block=not sched.has_work() and not self.pending)
+            self._recv_all(wait_ms)
             touched, self.pending = self.pending, []
             if sched.has_work():
                 try:
@@ -190,8 +193,12 @@ class SchedulerServer:
                     touched += self._abort_in_flight(f"internal error: {type(e).__name__}: {e}")
                 self._log_prefill()
             else:
-                sched.step()  # idle: runs the integrity self-check
+                touched += sched.step()  # idle: runs the integrity self-check
             self._send(touched)
+            if not sched.has_work() and not self.pending:
+                wait_ms = IDLE_POLL_MS
+            else:  # NOTE: only grammar compiles pending -> wait briefly for input instead of spinning
+                wait_ms = 1 if not getattr(sched, "ran_batch", True) and not touched else 0
 
 
 def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection) -> None:

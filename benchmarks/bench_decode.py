@@ -1,0 +1,172 @@
+"""Decode and prefill throughput of the runtime vs HF transformers on the same model, same run.
+
+Drives the scheduler directly so each phase is timed alone: for every batch size, all requests
+(random ``--context``-token prompts) are prefilled first, then ``--steps`` decode steps are timed.
+Prefill is timed on ``--prefill-batch`` prompts of ``--prefill-len`` tokens. The roofline of batch-1
+decode (weight bytes / measured copy bandwidth) is printed beside them.
+
+    python benchmarks/bench_decode.py --write-config llama-3.1-8b /tmp/l8b --batch-sizes 1,64,256
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_offline import PUBLISHED, make_prompts, write_config  # noqa: E402
+
+from radixlm.runtime.model_runner import ModelRunner  # noqa: E402
+from radixlm.runtime.request import Req  # noqa: E402
+from radixlm.runtime.sampling_params import SamplingParams  # noqa: E402
+from radixlm.runtime.scheduler import Scheduler  # noqa: E402
+from radixlm.runtime.server_args import ServerArgs  # noqa: E402
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> float:
+    """Device copy bandwidth in bytes/s (read + write), median of 5."""
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(6):
+        sync()
+        t0 = time.perf_counter()
+        b.copy_(a)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return 2 * nbytes / sorted(times[1:])[2]
+
+
+def ours(path: str, args) -> dict:
+    bs_list = [int(b) for b in args.batch_sizes.split(",")]
+    sa = ServerArgs(model_path=path, load_format="dummy", skip_tokenizer_init=True, context_length=args.context_len_max,
+                    max_running_requests=max(bs_list), chunked_prefill_size=16384, max_prefill_tokens=16384,
+                    disable_cuda_graph=args.disable_cuda_graph, disable_radix_cache=True)
+    runner = ModelRunner(sa, path, [])
+    sched = Scheduler(sa, runner, None)
+    weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())
+    out = {"weight_bytes": weight_bytes}
+    vocab = runner.cfg.vocab_size
+    for bs in bs_list:
+        reqs = [Req(f"d{bs}-{i}", p, SamplingParams(max_new_tokens=args.steps + 8, temperature=0, ignore_eos=True))
+                for i, p in enumerate(make_prompts(bs, args.context, vocab, seed=bs))]
+        for r in reqs:
+            sched.add_request(r)
+        while sched.waiting or sched.chunked_req:
+            sched.step()
+        sched.step()  # one decode step outside the timing (graph warm-up for this size)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            sched.step()
+        sync()
+        dt = time.perf_counter() - t0
+        out[f"decode_bs{bs}"] = {"ms_per_step": dt / args.steps * 1e3, "tok_s": bs * args.steps / dt}
+        while sched.has_work():
+            sched.step()
+    prompts = make_prompts(args.prefill_batch, args.prefill_len, vocab, seed=7)
+    reqs = [Req(f"p{i}", p, SamplingParams(max_new_tokens=1)) for i, p in enumerate(prompts)]
+    for r in reqs[:1]:  # warm-up
+        sched.add_request(Req("warm", r.origin_input_ids, SamplingParams(max_new_tokens=1)))
+    while sched.has_work():
+        sched.step()
+    sync()
+    t0 = time.perf_counter()
+    for r in reqs:
+        sched.add_request(r)
+    while sched.has_work():
+        sched.step()
+    sync()
+    out["prefill_tok_s"] = args.prefill_batch * args.prefill_len / (time.perf_counter() - t0)
+    del sched, runner
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+@torch.no_grad()
+def hf(path: str, args) -> dict:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.bfloat16).eval()
+    vocab = model.config.vocab_size
+    out = {}
+    for bs in [int(b) for b in args.batch_sizes.split(",")]:
+        ids = torch.tensor(make_prompts(bs, args.context, vocab, seed=bs), device="cuda")
+        kw = dict(do_sample=False, pad_token_id=0)
+        model.generate(ids[:, :16], max_new_tokens=2, min_new_tokens=2, **kw)
+        times = []
+        for n in (1, args.hf_steps + 1):
+            sync()
+            t0 = time.perf_counter()
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+            sync()
+            times.append(time.perf_counter() - t0)
+        dt = times[1] - times[0]
+        out[f"decode_bs{bs}"] = {"ms_per_step": dt / args.hf_steps * 1e3, "tok_s": bs * args.hf_steps / dt}
+    ids = torch.tensor(make_prompts(args.prefill_batch, args.prefill_len, vocab, seed=7), device="cuda")
+    model(ids[:1, :128])
+    sync()
+    t0 = time.perf_counter()
+    for i in range(args.prefill_batch):
+        model(ids[i : i + 1], logits_to_keep=1)
+    sync()
+    out["prefill_tok_s"] = args.prefill_batch * args.prefill_len / (time.perf_counter() - t0)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path")
+    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), help=f"NAME in {sorted(PUBLISHED)}")
+    ap.add_argument("--batch-sizes", default="1,64,256")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--hf-steps", type=int, default=16)
+    ap.add_argument("--prefill-batch", type=int, default=4)
+    ap.add_argument("--prefill-len", type=int, default=4096)
+    ap.add_argument("--context-len-max", type=int, default=8192)
+    ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    path = write_config(*args.write_config) if args.write_config else args.model_path
+    bw = copy_bandwidth()
+    res = {"copy_bw": bw, "ours": ours(path, args)}
+    if not args.skip_hf:
+        res["hf"] = hf(path, args)
+    roof_ms = res["ours"]["weight_bytes"] / bw * 1e3
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; batch-1 decode roofline {roof_ms:.2f} ms "
+          f"({res['ours']['weight_bytes'] / 1e9:.1f} GB of weights)")
+    print("| figure | radixlm | HF transformers | ratio |")
+    print("|---|---|---|---|")
+    for key in [k for k in res["ours"] if k.startswith("decode_bs")]:
+        o, h = res["ours"][key], res.get("hf", {}).get(key)
+        hs = f"{h['ms_per_step']:.2f} ms/step, {h['tok_s']:,.0f} tok/s" if h else "-"
+        ratio = f"{o['tok_s'] / h['tok_s']:.2f}x" if h else "-"
+        print(f"| decode {key[9:]}, context {args.context} | {o['ms_per_step']:.2f} ms/step, {o['tok_s']:,.0f} tok/s | {hs} | {ratio} |")
+    o, h = res["ours"]["prefill_tok_s"], res.get("hf", {}).get("prefill_tok_s")
+    print(f"| prefill {args.prefill_batch}x{args.prefill_len} | {o:,.0f} tok/s | {f'{h:,.0f} tok/s' if h else '-'} | "
+          f"{f'{o / h:.2f}x' if h else '-'} |")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""CUDA graphs for decode: the whole decode forward (all layers + lm_head) is captured once per
+padded batch size and replayed, removing per-kernel launch overhead (as in vLLM and SGLang).
+
+A batch of ``n`` requests replays the graph of the smallest captured size ``>= n``; padded rows
+point at a reserved req_to_token row whose only slot is the padding slot 0, with length 1, so they
+read and write only slot 0. Batches larger than ``cuda_graph_max_bs`` run eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+
+import torch
+
+from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
+
+logger = logging.getLogger(__name__)
+
+
+def capture_batch_sizes(max_bs: int) -> list[int]:
+    """1, 2, 4, 8, then every 8 up to ``max_bs`` (inclusive when it is a multiple of 8)."""
+    sizes = [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, max_bs + 1, 8))
+    return sorted(set(sizes))
+
+
+class CudaGraphRunner:
+    """Captures and replays decode graphs for a ``ModelRunner``.
+
+    Args:
+        runner: the ModelRunner (its model, pools and attention backend are used).
+        max_bs: largest captured batch size.
+        pad_row: a req_to_token row reserved for padding (kept all zeros).
+    """
+
+    def __init__(self, runner, max_bs: int, pad_row: int) -> None:
+        self.runner = runner
+        self.sizes = capture_batch_sizes(max_bs)
+        self.max_bs = self.sizes[-1]
+        self.pad_row = pad_row
+        dev = runner.device
+        n = self.max_bs
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.out_cache_loc = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.req_pool_indices = torch.full((n,), pad_row, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.ones(n, dtype=torch.int64, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.pool = None
+        self._capture_all()
+
+    def _fb(self, bs: int) -> ForwardBatch:
+        r = self.runner
+        return ForwardBatch(
+            mode=ForwardMode.DECODE,
+            input_ids=self.input_ids[:bs],
+            positions=self.positions[:bs],
+            out_cache_loc=self.out_cache_loc[:bs],
+            req_pool_indices=self.req_pool_indices[:bs],
+            seq_lens=self.seq_lens[:bs],
+            seq_lens_cpu=[1] * bs,
+            kv_pool=r.kv_pool,
+            req_to_token=r.req_to_token_pool.req_to_token,
+            attn_backend=r.attn_backend,
+        )
+
+    def _forward(self, bs: int) -> torch.Tensor:
+        fb = self._fb(bs)
+        hidden = self.runner.model(fb.input_ids, fb.positions, fb)
+        return self.runner.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def _capture_all(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for bs in reversed(self.sizes):  # largest first so smaller graphs reuse its pool
+                for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
+                    self._forward(bs)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    self.outputs[bs] = self._forward(bs)
+                self.pool = graph.pool()
+                self.graphs[bs] = graph
+        torch.cuda.current_stream().wait_stream(stream)
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+
+    def can_run(self, batch_size: int) -> bool:
+        return batch_size <= self.max_bs
+
+    def replay(self, fb: ForwardBatch) -> torch.Tensor:
+        """Run ``fb`` (DECODE) through the graph of the next captured size; logits ``[n, V]`` fp32."""
+        n = fb.batch_size
+        bs = self.sizes[bisect.bisect_left(self.sizes, n)]
+        self.input_ids[:n].copy_(fb.input_ids)
+        self.positions[:n].copy_(fb.positions)
+        self.out_cache_loc[:n].copy_(fb.out_cache_loc)
+        self.req_pool_indices[:n].copy_(fb.req_pool_indices)
+        self.seq_lens[:n].copy_(fb.seq_lens)
+        if bs > n:
+            self.out_cache_loc[n:bs].zero_()
+            self.req_pool_indices[n:bs].fill_(self.pad_row)
+            self.seq_lens[n:bs].fill_(1)
+            self.positions[n:bs].zero_()
+        self.graphs[bs].replay()
+        return self.outputs[bs][:n]
