@@ -21,7 +21,7 @@ $(STAMP): $(PY) pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m radixlm.examples.quickstart
+	$(PY) examples/quickstart.py
 
 test: $(STAMP)
 	$(PY) -m pytest tests -x -q --timeout=900
