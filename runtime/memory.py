@@ -90,6 +90,13 @@ class ReqToTokenPool:
         """Store slot ``indices`` (``[n]``) at positions ``start .. start+n-1`` of ``row``."""
         self.req_to_token[row, start : start + indices.numel()] = indices.to(torch.int32)
 
+    def write_batch(self, rows: list[int], positions: list[int], slots: torch.Tensor) -> None:
+        """Store ``slots[i]`` at ``(rows[i], positions[i])`` for every i, in one indexing op."""
+        dev = self.req_to_token.device
+        r = torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True)
+        p = torch.tensor(positions, dtype=torch.int64).to(dev, non_blocking=True)
+        self.req_to_token[r, p] = slots.to(torch.int32)
+
     def read(self, row: int, end: int, start: int = 0) -> torch.Tensor:
         """Slot indices (int64 ``[end-start]``) of positions ``start .. end-1`` of ``row``."""
         return self.req_to_token[row, start:end].to(torch.int64)

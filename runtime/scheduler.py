@@ -261,16 +261,17 @@ class Scheduler:
         need = len(self.running)
         if self._available() < need:
             self._retract(need)
-        slices = []
-        for req in self.running:
-            slots = self._alloc(1)
-            assert slots is not None, "KV accounting error: decode slot unavailable after retraction"
-            self.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
-            s = ReqSlice(req, req.kv_len, req.kv_len + 1, True)
-            req.extra["_slots"] = slots
-            slices.append(s)
+        if not self.running:
+            return None
+        slots = self._alloc(len(self.running))
+        assert slots is not None, "KV accounting error: decode slots unavailable after retraction"
+        # NOTE: one allocation and one table write for the whole batch (host overhead per step).
+        self.req_to_token_pool.write_batch(
+            [r.req_pool_idx for r in self.running], [r.kv_len for r in self.running], slots
+        )
+        slices = [ReqSlice(req, req.kv_len, req.kv_len + 1, True) for req in self.running]
         self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
-        return self._finalize(ScheduleBatch(ForwardMode.DECODE, slices)) if slices else None
+        return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots)
 
     def _retract(self, need: int) -> None:
         """Preempt running requests, largest KV first, until ``need`` slots can be had."""
