@@ -18,10 +18,11 @@ class OutputProcessor:
     ``output_logprobs`` lists of ``(logprob | None, token_id, top | None)``.
     """
 
-    def __init__(self, tokenizer, eos_token_ids: Sequence[int], context_len: int) -> None:
+    def __init__(self, tokenizer, eos_token_ids: Sequence[int], context_len: int, jump_forward: bool = False) -> None:
         self.tokenizer = tokenizer
         self.eos = set(eos_token_ids)
         self.context_len = context_len
+        self.jump_forward = jump_forward
 
     def init_req(self, req: Req) -> None:
         sp = req.sampling_params
@@ -58,7 +59,37 @@ class OutputProcessor:
         matcher = req.extra.get("grammar_matcher")
         if matcher is not None and not matcher.accept_token(token):
             return {"type": "abort", "message": f"token {token} violates the request's grammar"}
-        return self._check_finish(req, token)
+        reason = self._check_finish(req, token)
+        if reason is None and matcher is not None and self.jump_forward and not req.return_logprob:
+            reason = self._jump_forward(req, matcher)
+        return reason
+
+    def _jump_forward(self, req: Req, matcher) -> dict | None:
+        """Compressed-FSM jump-forward (SGLang paper §4.3): append the string the grammar forces
+        without sampling. Its tokens come from the tokenizer, so they are what it would produce for
+        that text; the scheduler prefills them next step (``req.extra["needs_extend"]``)."""
+        text = matcher.find_jump_forward_string()
+        if not text:
+            return None
+        room = req.sampling_params.max_new_tokens - len(req.output_ids)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(room, 0)]
+        accepted = 0
+        for tid in ids:
+            if not matcher.accept_token(tid):
+                break
+            accepted += 1
+        if accepted < len(ids):  # the tokenizer's split is not one the grammar accepts token by token
+            matcher.rollback(accepted)
+            return None
+        if not ids:
+            return None
+        req.extra["needs_extend"] = True
+        req.extra["jump_forward_tokens"] = req.extra.get("jump_forward_tokens", 0) + len(ids)
+        reason = None
+        for tid in ids:
+            req.output_ids.append(tid)
+            reason = reason or self._check_finish(req, tid)
+        return reason
 
     def _collect_input_logprobs(self, req: Req, s: ReqSlice, out: StepOutput) -> None:
         entries = req.extra["input_logprobs"]

@@ -63,7 +63,9 @@ class Scheduler:
         else:
             self.tree_cache = RadixCache(self.allocator, page_size=args.page_size, req_to_token_pool=self.req_to_token_pool)
         self.policy = SchedulePolicy(args.schedule_policy, self.tree_cache)
-        self.output_processor = OutputProcessor(tokenizer, runner.eos_token_ids, runner.context_len)
+        self.output_processor = OutputProcessor(
+            tokenizer, runner.eos_token_ids, runner.context_len, args.enable_jump_forward
+        )
         self.grammar = GrammarBackend(tokenizer, runner.cfg.vocab_size, args.grammar_compile_timeout_s)
         runner.logits_mask_fn = self.grammar.mask_logits
         self._aborted: list[Req] = []  # requests finished during admission (bad grammar)
@@ -169,11 +171,20 @@ class Scheduler:
         return cap
 
     def _get_prefill_batch(self) -> ScheduleBatch | None:
-        if not self.waiting and self.chunked_req is None:
+        jumped = [r for r in self.running if r.extra.get("needs_extend")]
+        if not self.waiting and self.chunked_req is None and not jumped:
             return None
         budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
         slices: list[ReqSlice] = []
         admitted: list[Req] = []
+        for req in jumped:  # jump-forward tokens of running requests are prefilled first
+            s = self._slice(req, budget)
+            if s is None:
+                break
+            req.extra["needs_extend"] = False
+            self.running.remove(req)  # NOTE: back into running after this extend (_process)
+            slices.append(s)
+            budget -= s.length
         if self.chunked_req is not None:  # an unfinished chunked prefill goes first
             req, self.chunked_req = self.chunked_req, None
             s = self._slice(req, budget)
@@ -263,13 +274,14 @@ class Scheduler:
             self._retract(need)
         if not self.running:
             return None
-        slots = self._alloc(len(self.running))
+        reqs = [r for r in self.running if not r.extra.get("needs_extend")]
+        if not reqs:
+            return None
+        slots = self._alloc(len(reqs))
         assert slots is not None, "KV accounting error: decode slots unavailable after retraction"
         # NOTE: one allocation and one table write for the whole batch (host overhead per step).
-        self.req_to_token_pool.write_batch(
-            [r.req_pool_idx for r in self.running], [r.kv_len for r in self.running], slots
-        )
-        slices = [ReqSlice(req, req.kv_len, req.kv_len + 1, True) for req in self.running]
+        self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len for r in reqs], slots)
+        slices = [ReqSlice(req, req.kv_len, req.kv_len + 1, True) for req in reqs]
         self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
         return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots)
 
@@ -282,6 +294,7 @@ class Scheduler:
             self.running.remove(req)
             self.tree_cache.cache_finished_req(req)
             req.kv_len, req.status = 0, ReqStatus.WAITING
+            req.extra["needs_extend"] = False
             self.waiting.insert(0, req)
             self.stats.num_retracted += 1
             logger.info("retracted request %s (%d tokens) to free KV", req.rid, len(req.all_ids))

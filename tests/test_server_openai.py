@@ -1,0 +1,200 @@
+"""The OpenAI-compatible API (DESIGN.md §3.3) driven by the official ``openai`` client against a
+live server subprocess (tiny default model, ``--api-key``). The last test kills the scheduler
+process and checks that the server exits non-zero promptly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import openai
+import pytest
+import requests
+
+from radixlm.runtime.server.testing import ServerProcess, child_pids
+
+KEY = "sk-test-key"
+
+
+@pytest.fixture(scope="module")
+def server():
+    from radixlm.runtime.tiny_model import default_model_path
+
+    default_model_path()
+    srv = ServerProcess(["--api-key", KEY])
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def native(server, **body) -> dict:
+    res = requests.post(server.url + "/generate", json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def _grammar_ready() -> bool:
+    try:
+        from radixlm.grammar import GrammarCompiler
+    except ImportError:
+        return False
+    return hasattr(GrammarCompiler, "compile_json_schema")
+
+
+needs_grammar = pytest.mark.skipif(not _grammar_ready(), reason="radixlm.grammar lacks compile_json_schema")
+
+
+def test_models_and_api_key(server, client):
+    models = client.models.list()
+    assert len(models.data) == 1 and models.data[0].id
+    assert requests.get(server.url + "/v1/models").status_code == 401
+    assert requests.get(server.url + "/health").status_code == 200
+    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def test_completion_matches_native_and_usage(server, client):
+    res = client.completions.create(model="m", prompt="def main():", max_tokens=8, temperature=0)
+    ref = native(server, text="def main():", sampling_params={"max_new_tokens": 8, "temperature": 0})
+    choice = res.choices[0]
+    assert choice.text == ref["text"]
+    assert choice.finish_reason in ("length", "stop")
+    assert res.usage.prompt_tokens == ref["meta_info"]["prompt_tokens"]
+    assert res.usage.completion_tokens == ref["meta_info"]["completion_tokens"]
+    assert res.usage.total_tokens == res.usage.prompt_tokens + res.usage.completion_tokens
+    assert res.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_completion_n_stop_logprobs_stream(server, client):
+    base = client.completions.create(model="m", prompt="x = {", max_tokens=10, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text
+    stop = base[4:6]
+    res = client.completions.create(model="m", prompt="x = {", max_tokens=10, temperature=0, stop=[stop],
+                                    extra_body={"ignore_eos": True})
+    assert res.choices[0].text == base[: base.index(stop)] and res.choices[0].finish_reason == "stop"
+    multi = client.completions.create(model="m", prompt=["a", "b"], max_tokens=3, n=2, seed=7)
+    assert sorted(c.index for c in multi.choices) == [0, 1, 2, 3]
+    lp = client.completions.create(model="m", prompt="y =", max_tokens=4, temperature=0, logprobs=2)
+    lps = lp.choices[0].logprobs
+    assert "".join(lps.tokens) == lp.choices[0].text and len(lps.token_logprobs) == 4
+    assert all(len(t) <= 2 for t in lps.top_logprobs) and all(v <= 0 for v in lps.token_logprobs)
+    parts = [c.choices[0].text for c in client.completions.create(model="m", prompt="x = {", max_tokens=10,
+                                                                   temperature=0, stream=True,
+                                                                   extra_body={"ignore_eos": True}) if c.choices]
+    assert "".join(parts) == base
+
+
+def test_chat_completion_and_stream(server, client):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"}]
+    res = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0,
+                                         logprobs=True, top_logprobs=2)
+    msg = res.choices[0].message
+    assert msg.role == "assistant" and isinstance(msg.content, str)
+    content = res.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == msg.content
+    assert all(len(t.top_logprobs) == 2 for t in content)
+    tok = requests.post(server.url + "/tokenize", json={"prompt": "x"}, headers={"Authorization": f"Bearer {KEY}"})
+    assert tok.status_code == 200
+    stream = client.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == msg.content
+    assert chunks[-1].usage.completion_tokens == res.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # same prompt twice
+    n = client.chat.completions.create(model="m", messages=msgs, max_tokens=4, n=3, temperature=0)
+    assert [c.message.content for c in n.choices] == [n.choices[0].message.content] * 3
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def _matches(obj, schema) -> None:
+    import jsonschema
+
+    jsonschema.validate(obj, schema)
+
+
+@needs_grammar
+def test_response_format_json_schema(client):
+    res = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "A person."}], max_tokens=60, temperature=0.7, seed=1,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}})
+    _matches(json.loads(res.choices[0].message.content), SCHEMA)
+    obj = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "JSON"}], max_tokens=40,
+                                         response_format={"type": "json_object"}, seed=2)
+    assert obj.choices[0].finish_reason == "length" or isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string", "maxLength": 10},
+                                                                         "days": {"type": "integer", "minimum": 1,
+                                                                                  "maximum": 7}},
+                                                          "required": ["city", "days"],
+                                                          "additionalProperties": False}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+             "required": ["zone"], "additionalProperties": False}}}]
+
+
+@needs_grammar
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+def test_tools_produce_valid_calls(client, choice):
+    res = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Weather?"}],
+                                         tools=TOOLS, tool_choice=choice, max_tokens=80, temperature=0.8, seed=3)
+    c = res.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    call = c.message.tool_calls[0]
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    assert call.function.name in by_name
+    if isinstance(choice, dict):
+        assert call.function.name == "get_time"
+    _matches(json.loads(call.function.arguments), by_name[call.function.name])
+
+
+def test_tools_auto_without_call_gives_content(client):
+    res = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], tools=TOOLS,
+                                         tool_choice="auto", max_tokens=5, temperature=0)
+    assert res.choices[0].message.tool_calls is None and isinstance(res.choices[0].message.content, str)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(messages=[]), "messages"),
+    (dict(messages=[{"role": "wizard", "content": "x"}]), "role"),
+    (dict(messages=[{"role": "user", "content": "x"}], temperature=-3), "temperature"),
+    (dict(messages=[{"role": "user", "content": "x"}], top_logprobs=99, logprobs=True), "top_logprobs"),
+    (dict(messages=[{"role": "user", "content": "x"}], tools=TOOLS,
+          tool_choice={"type": "function", "function": {"name": "nope"}}), "nope"),
+    (dict(messages=[{"role": "user", "content": "x"}], extra_body={"regex": "(unclosed"}), "regex"),
+])
+def test_bad_requests_are_400(client, kwargs, needle):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="m", max_tokens=2, **kwargs)
+    assert needle in str(err.value)
+    ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    assert ok.usage.completion_tokens <= 2
+
+
+def test_killing_scheduler_exits_nonzero(server):
+    """Last in this module: the server must notice a dead child and exit non-zero, not hang."""
+    names = {pid: open(f"/proc/{pid}/comm").read().strip() for pid in child_pids(server.proc.pid)}
+    target = [pid for pid, name in names.items() if name.startswith("radixlm-sched")]
+    assert len(target) == 1, names
+    os.kill(target[0], signal.SIGKILL)
+    t0 = time.monotonic()
+    code = server.proc.wait(timeout=20)
+    assert code != 0 and time.monotonic() - t0 < 20
+    assert "scheduler process" in server.log_tail() and "SIGKILL" in server.log_tail()
+    time.sleep(0.5)
+    assert not [pid for pid in names if os.path.exists(f"/proc/{pid}") and
+                open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
