@@ -73,6 +73,8 @@ def ours(path: str, args) -> dict:
         sync()
         dt = time.perf_counter() - t0
         out[f"decode_bs{bs}"] = {"ms_per_step": dt / args.steps * 1e3, "tok_s": bs * args.steps / dt}
+        if bs == args.profile_bs:
+            out["profile"] = profile_steps(sched)
         while sched.has_work():
             sched.step()
     prompts = make_prompts(args.prefill_batch, args.prefill_len, vocab, seed=7)
@@ -93,6 +95,23 @@ def ours(path: str, args) -> dict:
     gc.collect()
     torch.cuda.empty_cache()
     return out
+
+
+def profile_steps(sched, steps: int = 4) -> str:
+    """Where one decode step's time goes: host (Python) vs device, top ops by CUDA time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            sched.step()
+        sync()
+    wall = (time.perf_counter() - t0) / steps * 1e3
+    events = prof.key_averages()
+    gpu_us = sum(e.self_device_time_total for e in events) / steps
+    table = events.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=50)
+    return f"profiled step: {wall:.2f} ms wall (profiler on), {gpu_us / 1e3:.2f} ms GPU busy\n{table}"
 
 
 @torch.no_grad()
@@ -142,6 +161,7 @@ def main() -> None:
     ap.add_argument("--prefill-len", type=int, default=4096)
     ap.add_argument("--context-len-max", type=int, default=8192)
     ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--profile-bs", type=int, default=64, help="profile decode steps at this batch size")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--json-out")
     args = ap.parse_args()
@@ -163,6 +183,8 @@ def main() -> None:
     o, h = res["ours"]["prefill_tok_s"], res.get("hf", {}).get("prefill_tok_s")
     print(f"| prefill {args.prefill_batch}x{args.prefill_len} | {o:,.0f} tok/s | {f'{h:,.0f} tok/s' if h else '-'} | "
           f"{f'{o / h:.2f}x' if h else '-'} |")
+    if "profile" in res["ours"]:
+        print(res["ours"]["profile"])
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(res, f, indent=2)

@@ -83,34 +83,38 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- forward
     def _forward_batch(self, batch: ScheduleBatch) -> ForwardBatch:
-        dev = self.device
         ids, pos = [], []
         for s in batch.slices:
-            ids.extend(s.req.all_ids[s.start : s.end])
+            ids.extend(s.req.token_slice(s.start, s.end))
             pos.extend(range(s.start, s.end))
-        rows = [s.req.req_pool_idx for s in batch.slices]
         seq_lens = [s.end for s in batch.slices]
+        per_req = [[s.req.req_pool_idx for s in batch.slices], seq_lens]
+        extend = batch.mode == ForwardMode.EXTEND
+        if extend:
+            prefix = [s.start for s in batch.slices]
+            lens = [s.length for s in batch.slices]
+            starts = [0]
+            for n in lens[:-1]:
+                starts.append(starts[-1] + n)
+            per_req += [prefix, lens, starts]
+        # NOTE: two host-to-device copies per step (per-token and per-request fields).
+        tok = torch.tensor([ids, pos], dtype=torch.int64).to(self.device)
+        req = torch.tensor(per_req, dtype=torch.int64).to(self.device)
         fb = ForwardBatch(
             mode=batch.mode,
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
-            positions=torch.tensor(pos, dtype=torch.int64, device=dev),
+            input_ids=tok[0],
+            positions=tok[1],
             out_cache_loc=batch.out_cache_loc,
-            req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
+            req_pool_indices=req[0],
+            seq_lens=req[1],
             seq_lens_cpu=seq_lens,
             kv_pool=self.kv_pool,
             req_to_token=self.req_to_token_pool.req_to_token,
             attn_backend=self.attn_backend,
         )
-        if batch.mode == ForwardMode.EXTEND:
-            fb.prefix_lens_cpu = [s.start for s in batch.slices]
-            fb.extend_lens_cpu = [s.length for s in batch.slices]
-            starts = [0]
-            for n in fb.extend_lens_cpu[:-1]:
-                starts.append(starts[-1] + n)
-            fb.prefix_lens = torch.tensor(fb.prefix_lens_cpu, dtype=torch.int64, device=dev)
-            fb.extend_lens = torch.tensor(fb.extend_lens_cpu, dtype=torch.int64, device=dev)
-            fb.extend_start_loc = torch.tensor(starts, dtype=torch.int64, device=dev)
+        if extend:
+            fb.prefix_lens_cpu, fb.extend_lens_cpu = prefix, lens
+            fb.prefix_lens, fb.extend_lens, fb.extend_start_loc = req[2], req[3], req[4]
         return fb
 
     @torch.inference_mode()
@@ -149,14 +153,18 @@ class ModelRunner:
         for out, s, (row0, positions) in zip(outs, batch.slices, per_slice):
             for j, p in enumerate(positions):
                 if s.logprob_from <= p < s.logprob_to and logprobs is not None:
-                    out.input_logprobs[p] = self._logprob_entry(logprobs[row0 + j], s.req.all_ids[p + 1], s.req.top_logprobs_num)
+                    out.input_logprobs[p] = self._logprob_entry(logprobs[row0 + j], s.req.token_slice(p + 1, p + 2)[0], s.req.top_logprobs_num)
         # Sampling rows: the last logits row of every slice that samples.
         sample_slices = [i for i, s in enumerate(batch.slices) if s.sample]
         if not sample_slices:
             return outs
-        rows = torch.tensor([per_slice[i][0] + len(per_slice[i][1]) - 1 for i in sample_slices], device=self.device)
+        row_ids = [per_slice[i][0] + len(per_slice[i][1]) - 1 for i in sample_slices]
         reqs = [batch.slices[i].req for i in sample_slices]
-        next_logits = logits[rows].clone()
+        if row_ids == list(range(logits.shape[0])):  # decode: every row samples, no gather
+            next_logits = logits.clone()
+        else:
+            next_logits = logits[torch.tensor(row_ids, device=self.device)]
+        rows = row_ids
         apply_penalties(next_logits, reqs)
         block_tokens_before_min(next_logits, reqs, self.eos_token_ids)
         if self.logits_mask_fn is not None:

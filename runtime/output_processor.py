@@ -50,7 +50,7 @@ class OutputProcessor:
             self._collect_input_logprobs(req, s, out)
         token = out.next_token_id
         if token is None:
-            if s.end >= len(req.all_ids) and req.sampling_params.max_new_tokens <= len(req.output_ids):
+            if s.end >= req.num_tokens and req.sampling_params.max_new_tokens <= len(req.output_ids):
                 return {"type": "length", "length": len(req.output_ids)}
             return None
         req.output_ids.append(token)
@@ -116,7 +116,7 @@ class OutputProcessor:
             return {"type": "stop", "matched": None}
         if len(req.output_ids) >= sp.max_new_tokens:
             return {"type": "length", "length": sp.max_new_tokens}
-        if len(req.all_ids) >= self.context_len:
+        if req.num_tokens >= self.context_len:
             return {"type": "length", "length": len(req.output_ids)}
         return None
 

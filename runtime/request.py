@@ -67,5 +67,19 @@ class Req:
         return self.origin_input_ids + self.output_ids
 
     @property
+    def num_tokens(self) -> int:
+        """``len(all_ids)`` without building the list."""
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """``all_ids[start:end]`` without concatenating the whole sequence (decode hot path)."""
+        n = len(self.origin_input_ids)
+        if start >= n:
+            return self.output_ids[start - n : end - n]
+        if end <= n:
+            return self.origin_input_ids[start:end]
+        return self.origin_input_ids[start:] + self.output_ids[: end - n]
+
+    @property
     def finished(self) -> bool:
         return self.finish_reason is not None

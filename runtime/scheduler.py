@@ -165,7 +165,7 @@ class Scheduler:
         return self.allocator.alloc(n)
 
     def _match_cap(self, req: Req) -> int:
-        cap = len(req.all_ids) - 1  # the last token is always recomputed so its logits exist
+        cap = req.num_tokens - 1  # the last token is always recomputed so its logits exist
         if req.return_logprob and not req.extra.get("input_logprobs_done"):
             cap = min(cap, req.extra["logprob_start"])
         return cap
@@ -226,7 +226,7 @@ class Scheduler:
         """Match the prefix, lock it, take a req_to_token row. False when KV is short."""
         match = self.tree_cache.match_prefix(req.all_ids[: self._match_cap(req)])
         prefix_len = len(match.indices)
-        extend = len(req.all_ids) - prefix_len
+        extend = req.num_tokens - prefix_len
         need = min(extend, budget) + self._reserved_decode_tokens(self.running + admitted + [req])
         self.tree_cache.inc_lock_ref(match.last_node)
         if need > self._available() or self.req_to_token_pool.available_size() == 0:
@@ -245,7 +245,7 @@ class Scheduler:
 
     def _slice(self, req: Req, budget: int) -> ReqSlice | None:
         """The next part of ``req``'s prefill within ``budget`` new tokens, slots allocated."""
-        total = len(req.all_ids)
+        total = req.num_tokens
         end = min(total, req.kv_len + budget)
         if end <= req.kv_len:
             return None
@@ -319,7 +319,7 @@ class Scheduler:
                 if req in self.running:
                     self.running.remove(req)
                 self._finish(req, reason, holds_kv=True)
-            elif not s.sample and s.end < len(req.all_ids):
+            elif not s.sample and s.end < req.num_tokens:
                 self.tree_cache.cache_unfinished_req(req)
                 self.chunked_req = req
             elif batch.mode == ForwardMode.EXTEND:

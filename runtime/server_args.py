@@ -54,7 +54,7 @@ class ServerArgs:
     grammar_compile_timeout_s: float = 30.0
     log_level: str = "warning"
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 160
+    cuda_graph_max_bs: int = 256
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
 
     def __post_init__(self) -> None:
