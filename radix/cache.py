@@ -148,30 +148,32 @@ class RadixCache(PrefixCache):
         return MatchResult(values[0].clone() if len(values) == 1 else torch.cat(values), node)
 
     def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:
-        return self._insert(token_ids, indices, self._root, 0)[0]
-
-    def _insert(
-        self, token_ids: list[int], indices: torch.Tensor, node: TreeNode, i: int
-    ) -> tuple[int, TreeNode]:
-        """Insert, starting below ``node`` whose path is ``token_ids[:i]`` (a request's locked
-        ``last_node`` with ``i = len(req.prefix_indices)``: those tokens need no comparing).
-
-        Returns the present length and the node where ``token_ids``' whole pages end.
-        """
         ids = token_ids if type(token_ids) is list else list(token_ids)
-        page = self.page_size
-        n = len(ids) - len(ids) % page
+        n = len(ids) - len(ids) % self.page_size
         if indices.numel() < n:
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
+        return self._insert(ids if n == len(ids) else ids[:n], indices, self._root)[0]
+
+    def _insert(self, ids: list[int], indices: torch.Tensor, node: TreeNode) -> tuple[int, TreeNode]:
+        """Insert ``ids`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
+        ``depth(node) + j`` and ``indices[j]`` its slot. Starting below a request's locked
+        ``last_node`` spares comparing the prefix it matched.
+
+        Returns the length (relative to ``node``) that was already cached and the node where
+        ``ids`` ends.
+        """
+        page = self.page_size
+        n = len(ids)
         now = self._tick()
         up = node
         while up is not None:  # NOTE: the whole path counts as accessed (parents >= children)
             up.last_access_time = now
             up = up.parent
+        i = 0
         while i < n:
             child = node.children.get(ids[i] if page == 1 else tuple(ids[i : i + page]))
             if child is None:
-                return i, self._add_leaf(node, ids[i:n], indices[i:n].clone(), now)
+                return i, self._add_leaf(node, ids[i:], indices[i:n].clone(), now)
             key = child.key
             k = len(key) if ids[i : i + len(key)] == key else prefix_len(key, ids, i)
             k = min(k, n - i)
@@ -187,7 +189,7 @@ class RadixCache(PrefixCache):
 
     def _start_of(self, req: Req) -> tuple[TreeNode, int]:
         """Where inserting ``req``'s tokens may start: its locked node, if consistent."""
-        node, p = req.last_node, len(req.prefix_indices)
+        node, p = req.last_node, req.prefix_indices.numel()
         if node is None or node is self._root or p == 0 or p > req.kv_len:
             return self._root, 0
         depth, up = 0, node
@@ -286,15 +288,18 @@ class RadixCache(PrefixCache):
     # ---- request helpers ---------------------------------------------------------------------
 
     def cache_finished_req(self, req: Req) -> None:
-        row = req.req_pool_idx
-        if row is not None:
-            kv = self.req_to_token_pool.read(row, req.kv_len).to(self.device)
-            aligned = req.kv_len - req.kv_len % self.page_size
-            n, _ = self._insert(req.all_ids[:aligned], kv[:aligned], *self._start_of(req))
-            p = len(req.prefix_indices)
+        if req.req_pool_idx is not None:
+            kv, aligned, n, _ = self._insert_req(req)
+            p = req.prefix_indices.numel()
             # NOTE: kv[:p] are the cache's own slots; kv[p:n] duplicate cached ones.
-            self._free(torch.cat([kv[p:n], kv[max(aligned, p) :]]))
-            self.req_to_token_pool.free(row)
+            waste = []
+            if n > p:
+                waste.append(kv[p:n])
+            if kv.numel() > max(aligned, p):
+                waste.append(kv[max(aligned, p) :])
+            if waste:
+                self._free(waste[0] if len(waste) == 1 else torch.cat(waste))
+            self.req_to_token_pool.free(req.req_pool_idx)
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node)
         req.req_pool_idx = None
@@ -302,22 +307,32 @@ class RadixCache(PrefixCache):
         req.prefix_indices = self._empty
 
     def cache_unfinished_req(self, req: Req) -> None:
-        row = req.req_pool_idx
-        kv = self.req_to_token_pool.read(row, req.kv_len).to(self.device)
-        aligned = req.kv_len - req.kv_len % self.page_size
-        n, new_node = self._insert(req.all_ids[:aligned], kv[:aligned], *self._start_of(req))
-        p = len(req.prefix_indices)
-        if n > p:
-            self._free(kv[p:n])
+        kv, aligned, n, new_node = self._insert_req(req)
+        p = req.prefix_indices.numel()
         values = self._path_values(new_node)
         new_indices = torch.cat(values) if values else self._empty
         if n > p:
-            self.req_to_token_pool.write(row, p, new_indices[p:n])
+            self._free(kv[p:n])
+            self.req_to_token_pool.write(req.req_pool_idx, p, new_indices[p:n])
         self.inc_lock_ref(new_node)
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node)
         req.prefix_indices = new_indices
         req.last_node = new_node
+
+    def _insert_req(self, req: Req) -> tuple[torch.Tensor, int, int, TreeNode]:
+        """Insert the whole pages of ``req``'s computed tokens, starting at its locked node.
+
+        Returns the row's slots ``kv`` (``[kv_len]``), the aligned length, the length that was
+        already cached and the node where the inserted pages end.
+        """
+        kv = self.req_to_token_pool.read(req.req_pool_idx, req.kv_len)
+        if kv.device != self.device:
+            kv = kv.to(self.device)
+        aligned = req.kv_len - req.kv_len % self.page_size
+        start_node, p = self._start_of(req)
+        n, node = self._insert(_token_range(req, p, aligned), kv[p:] if p else kv, start_node)
+        return kv, aligned, p + n, node
 
     def _free(self, slots: torch.Tensor) -> None:
         if self.allocator is not None and slots.numel():
@@ -329,3 +344,13 @@ class RadixCache(PrefixCache):
         from radixlm.radix.integrity import check_tree
 
         return check_tree(self, held)
+
+
+def _token_range(req: Req, start: int, end: int) -> list[int]:
+    """``req.all_ids[start:end]`` without building ``all_ids`` (it copies every token)."""
+    prompt = req.origin_input_ids
+    if end <= len(prompt):
+        return prompt[start:end]
+    if start >= len(prompt):
+        return req.output_ids[start - len(prompt) : end - len(prompt)]
+    return prompt[start:] + req.output_ids[: end - len(prompt)]

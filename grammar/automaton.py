@@ -1,0 +1,315 @@
+"""Regex AST -> byte-level NFA (UTF-8 expanded) -> trimmed byte DFA with a numpy transition table.
+
+The DFA works on bytes, not characters, so that tokens ending inside a multi-byte character (byte-
+level BPE, SentencePiece byte fallback) are walked like any other. State 0 is the dead state
+(``trans[0] == 0``); every other state can still reach an accepting state (the DFA is trimmed), so
+"not dead" means "a valid prefix".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.ast import Node
+from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
+from radixlm.grammar.utf8 import utf8_sequences
+
+MAX_NFA_STATES = 400_000
+MAX_DFA_STATES = 100_000
+ANY: Node = ("rep", ("set", ((0, MAX_CP),)), 0, None)
+
+
+class _NFA:
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.shared: dict[object, tuple[int, int]] = {}
+
+    def new(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise GrammarError("grammar too large: over %d automaton states" % MAX_NFA_STATES)
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def build(self, node: Node) -> tuple[int, int]:
+        kind = node[0]
+        if kind == "share":
+            got = self.shared.get(node[1])
+            if got is None:
+                got = self.shared[node[1]] = self.build(node[2])
+            return got
+        if kind == "dfa":
+            return self._embed(node[1])
+        if kind == "set":
+            return self._set(node[1])
+        if kind == "cat":
+            s = e = self.new()
+            for item in node[1]:
+                a, b = self.build(item)
+                self.eps[e].append(a)
+                e = b
+            return s, e
+        if kind == "alt":
+            s, e = self.new(), self.new()
+            for item in node[1]:
+                a, b = self.build(item)
+                self.eps[s].append(a)
+                self.eps[b].append(e)
+            return s, e
+        if kind == "rep":
+            return self._rep(node[1], node[2], node[3])
+        if kind in ("bol", "eol"):
+            raise GrammarError("unsupported regex feature: '^' or '$' inside the pattern")
+        if kind == "ref":
+            raise GrammarError(f"rule reference {node[1]!r} inside a regular expression")
+        raise AssertionError(kind)
+
+    def _embed(self, dfa: "ByteDFA") -> tuple[int, int]:
+        """An NFA fragment copying ``dfa`` (byte runs with one target become one edge)."""
+        base = len(self.eps)
+        for _ in range(dfa.n_states):
+            self.new()
+        end = self.new()
+        trans = dfa.trans
+        change = np.ones(trans.shape, dtype=bool)
+        change[:, 1:] = trans[:, 1:] != trans[:, :-1]
+        for s in range(1, dfa.n_states):
+            cuts = np.nonzero(change[s])[0].tolist() + [256]
+            row = trans[s]
+            edges = self.edges[base + s]
+            for lo, nxt in zip(cuts, cuts[1:]):
+                t = int(row[lo])
+                if t:
+                    edges.append((lo, nxt - 1, base + t))
+            if dfa.accept[s]:
+                self.eps[base + s].append(end)
+        start = self.new()
+        if dfa.start:
+            self.eps[start].append(base + dfa.start)
+        return start, end
+
+    def _set(self, ranges: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+        s, e = self.new(), self.new()
+        tails: dict[tuple[tuple[int, int], ...], int] = {(): e}
+        for lo, hi in ranges:
+            for seq in utf8_sequences(lo, hi):
+                state = s
+                for i, (blo, bhi) in enumerate(seq):
+                    rest = seq[i + 1 :]
+                    nxt = tails.get(rest)
+                    existed = nxt is not None
+                    if nxt is None:
+                        nxt = tails[rest] = self.new()
+                    self.edges[state].append((blo, bhi, nxt))
+                    if existed:  # NOTE: a shared tail already has its own edges on to ``e``.
+                        break
+                    state = nxt
+        return s, e
+
+    def _rep(self, node: Node, lo: int, hi: int | None) -> tuple[int, int]:
+        s = e = self.new()
+        for _ in range(lo):
+            a, b = self.build(node)
+            self.eps[e].append(a)
+            e = b
+        if hi is None:
+            a, b = self.build(node)
+            loop = self.new()
+            self.eps[e].append(loop)
+            self.eps[loop].append(a)
+            self.eps[b].append(loop)
+            end = self.new()
+            self.eps[loop].append(end)
+            return s, end
+        end = self.new()
+        for _ in range(hi - lo):
+            self.eps[e].append(end)
+            a, b = self.build(node)
+            self.eps[e].append(a)
+            e = b
+        self.eps[e].append(end)
+        return s, end
+
+
+@dataclass(eq=False)
+class ByteDFA:
+    """Deterministic automaton over bytes.
+
+    Attributes:
+        trans: int32 ``[n_states, 256]``; state 0 is dead.
+        accept: bool ``[n_states]``.
+        start: the initial state (1, or 0 when the language is empty).
+    """
+
+    trans: np.ndarray
+    accept: np.ndarray
+    start: int
+    _rows: list[list[int]] | None = field(default=None, repr=False)
+
+    @property
+    def n_states(self) -> int:
+        return int(self.trans.shape[0])
+
+    def step(self, state: int, data: bytes) -> int:
+        """State after ``data`` (0 once dead)."""
+        rows = self.rows
+        for b in data:
+            state = rows[state][b]
+            if state == 0:
+                return 0
+        return state
+
+    @property
+    def rows(self) -> list[list[int]]:
+        if self._rows is None:
+            self._rows = self.trans.tolist()
+        return self._rows
+
+    def matches(self, text: str | bytes) -> bool:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        return bool(self.accept[self.step(self.start, data)])
+
+
+def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
+    """Subset construction over byte ranges; DFA states are frozensets of "important" NFA states
+    (those with byte edges, and the final state)."""
+    n = len(nfa.eps)
+    important = [bool(nfa.edges[i]) or i == final for i in range(n)]
+    closure: list[frozenset[int] | None] = [None] * n
+    eps = nfa.eps
+
+    def close(i: int) -> frozenset[int]:
+        got = closure[i]
+        if got is not None:
+            return got
+        seen = {i}
+        stack = [i]
+        out = []
+        while stack:
+            x = stack.pop()
+            if important[x]:
+                out.append(x)
+            for y in eps[x]:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        got = closure[i] = frozenset(out)
+        return got
+
+    edge_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
+
+    def edges_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
+        got = edge_cache[i]
+        if got is None:
+            got = edge_cache[i] = [(lo, hi, close(t)) for lo, hi, t in nfa.edges[i]]
+        return got
+
+    start_set = close(start)
+    ids: dict[frozenset[int], int] = {start_set: 1}
+    order = [start_set]
+    rows: list[list[tuple[int, int, int]]] = []
+    accept = [False]
+
+    def state_id(key: frozenset[int]) -> int:
+        d = ids.get(key)
+        if d is None:
+            d = ids[key] = len(order) + 1
+            order.append(key)
+            if len(order) > MAX_DFA_STATES:
+                raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+        return d
+
+    k = 0
+    while k < len(order):
+        cur = order[k]
+        k += 1
+        accept.append(final in cur)
+        edges = [e for i in cur for e in edges_of(i)]
+        edges.sort(key=lambda e: e[0])
+        row: list[tuple[int, int, int]] = []
+        overlap = any(edges[j][0] <= edges[j - 1][1] for j in range(1, len(edges)))
+        if not overlap:
+            for lo, hi, tgt in edges:
+                row.append((lo, hi, state_id(tgt)))
+        else:
+            cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
+            for a, b in zip(cuts, cuts[1:]):
+                tgts = [t for lo, hi, t in edges if lo <= a and b - 1 <= hi]
+                if tgts:
+                    key = tgts[0] if len(tgts) == 1 else frozenset().union(*tgts)
+                    row.append((a, b - 1, state_id(key)))
+        rows.append(row)
+    trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
+    for d, row in enumerate(rows, start=1):
+        for lo, hi, t in row:
+            trans[d, lo : hi + 1] = t
+    return _trim(trans, np.asarray(accept, dtype=bool))
+
+
+def _trim(trans: np.ndarray, accept: np.ndarray) -> ByteDFA:
+    """Send every state that cannot reach an accepting state to 0, renumber the rest."""
+    n = trans.shape[0]
+    src = np.repeat(np.arange(n), 256)
+    dst = trans.reshape(-1)
+    keep = (dst != 0) & (src != 0)
+    src, dst = src[keep], dst[keep]
+    order = np.argsort(dst, kind="stable")
+    src_by_dst = src[order]
+    starts = np.searchsorted(dst[order], np.arange(n + 1))
+    live = accept.copy()
+    live[0] = False
+    frontier = np.nonzero(live)[0]
+    while frontier.size:
+        preds = np.concatenate([src_by_dst[starts[v] : starts[v + 1]] for v in frontier]) if frontier.size else frontier
+        preds = np.unique(preds)
+        preds = preds[~live[preds]]
+        live[preds] = True
+        frontier = preds
+    if not live[1]:
+        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
+    new_id = np.zeros(n, dtype=np.int32)
+    kept = np.nonzero(live)[0]
+    new_id[kept] = np.arange(1, kept.size + 1, dtype=np.int32)
+    out = np.zeros((kept.size + 1, 256), dtype=np.int32)
+    out[1:] = new_id[trans[kept]]
+    acc = np.zeros(kept.size + 1, dtype=bool)
+    acc[1:] = accept[kept]
+    return ByteDFA(out, acc, int(new_id[1]))
+
+
+def dfa_from_ast(node: Node) -> ByteDFA:
+    """Full-match DFA of an anchor-free AST."""
+    nfa = _NFA()
+    s, e = nfa.build(node)
+    return _determinize(nfa, s, e)
+
+
+def regex_to_dfa(pattern: str, search: bool = False) -> ByteDFA:
+    """DFA of a regex.
+
+    Args:
+        pattern: regex text (see :mod:`radixlm.grammar.regex_parser` for the syntax).
+        search: False: the whole output must match (``re.fullmatch``); ``^``/``$`` at the ends are
+            no-ops. True: JSON-Schema ``pattern`` semantics (``re.search``): unanchored ends
+            match anything.
+    Raises:
+        GrammarError: unsupported syntax or a pattern too large to compile.
+    """
+    return dfa_from_ast(regex_ast(pattern, search))
+
+
+def regex_ast(pattern: str, search: bool = False) -> Node:
+    """Anchor-free AST of ``pattern`` with the given match semantics (see :func:`regex_to_dfa`)."""
+    alts = []
+    for body, a_start, a_end in strip_anchors(parse_regex(pattern)):
+        items = [body]
+        if search and not a_start:
+            items.insert(0, ANY)
+        if search and not a_end:
+            items.append(ANY)
+        alts.append(("cat", tuple(items)) if len(items) > 1 else body)
+    return alts[0] if len(alts) == 1 else ("alt", tuple(alts))

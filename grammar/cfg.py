@@ -1,0 +1,190 @@
+"""Rules with regular right-hand sides -> a context-free grammar over terminal DFAs.
+
+Every maximal ``ref``-free piece of a rule becomes one terminal (a byte DFA), so the parser only
+sees the recursive structure; terminals never match the empty string (a nullable piece becomes an
+optional nonterminal instead), which keeps the chart finite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from radixlm.grammar.ast import Node, has_ref
+from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast
+from radixlm.grammar.errors import GrammarError
+
+MAX_TERMINALS = 5000
+
+
+def non_nullable(dfa: ByteDFA) -> ByteDFA | None:
+    """The DFA without the empty string (None if nothing is left)."""
+    if dfa.start == 0 or not dfa.accept[dfa.start]:
+        return dfa if dfa.start else None
+    n = dfa.n_states
+    trans = np.zeros((n + 1, 256), dtype=np.int32)
+    trans[:n] = dfa.trans
+    trans[n] = dfa.trans[dfa.start]
+    accept = np.zeros(n + 1, dtype=bool)
+    accept[:n] = dfa.accept
+    # NOTE: _trim renumbers from state 1 as the start, so put the new start first.
+    order = np.r_[0, n, np.arange(1, n)]
+    inv = np.empty(n + 1, dtype=np.int32)
+    inv[order] = np.arange(n + 1)
+    trans = inv[trans[order]]
+    out = _trim(trans, accept[order])
+    return out if out.start else None
+
+
+@dataclass
+class CFG:
+    """Symbols: terminal ``t >= 0``; nonterminal ``n`` encoded as ``-(n + 1)``."""
+
+    terminals: list[ByteDFA] = field(default_factory=list)
+    nt_names: list[str] = field(default_factory=list)
+    prods: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    start: int = 0
+    ignore: list[int] = field(default_factory=list)
+
+    def nt(self, name: str) -> int:
+        self.nt_names.append(name)
+        return len(self.nt_names) - 1
+
+    def terminal(self, dfa: ByteDFA) -> int:
+        if len(self.terminals) >= MAX_TERMINALS:
+            raise GrammarError("grammar too large: over %d terminals" % MAX_TERMINALS)
+        self.terminals.append(dfa)
+        return len(self.terminals) - 1
+
+
+class Lowering:
+    """Builds a :class:`CFG` from ``rules`` (name -> AST with ``("ref", name)`` nodes)."""
+
+    def __init__(self, rules: dict[str, Node]) -> None:
+        self.rules = rules
+        self.cfg = CFG()
+        self.named: dict[str, int] = {}
+        self.shared: dict[object, int] = {}
+
+    def build(self, root: Node, ignore: list[Node] = ()) -> CFG:
+        start = self.cfg.nt("<start>")
+        self.cfg.start = start
+        for name in self.rules:
+            self._named(name)
+        self.cfg.prods.append((start, tuple(self.seq(root))))
+        for name, body in self.rules.items():
+            for alt_seq in self.alts(body):
+                self.cfg.prods.append((self.named[name], tuple(alt_seq)))
+        for node in ignore:
+            dfa = non_nullable(dfa_from_ast(node))
+            if dfa is not None:
+                self.cfg.ignore.append(self.cfg.terminal(dfa))
+        return self.cfg
+
+    def _named(self, name: str) -> int:
+        if name not in self.named:
+            if name not in self.rules:
+                raise GrammarError(f"undefined rule {name!r}")
+            self.named[name] = self.cfg.nt(name)
+        return self.named[name]
+
+    def symbol(self, node: Node) -> int | None:
+        """One symbol for ``node`` (None: the node matches nothing)."""
+        kind = node[0]
+        if kind == "ref":
+            return -(self._named(node[1]) + 1)
+        if not has_ref(node):
+            dfa = dfa_from_ast(node)
+            if dfa.start == 0:
+                return None
+            nn = non_nullable(dfa)
+            if not dfa.accept[dfa.start]:
+                return self.cfg.terminal(dfa)
+            aux = self.cfg.nt("<opt>")
+            self.cfg.prods.append((aux, ()))
+            if nn is not None:
+                self.cfg.prods.append((aux, (self.cfg.terminal(nn),)))
+            return -(aux + 1)
+        if kind == "share":
+            got = self.shared.get(node[1])
+            if got is None:
+                got = self.shared[node[1]] = self.cfg.nt("<share>")
+                for s in self.alts(node[2]):
+                    self.cfg.prods.append((got, tuple(s)))
+            return -(got + 1)
+        aux = self.cfg.nt("<aux>")
+        if kind == "rep":
+            self._rep(aux, node[1], node[2], node[3])
+        else:
+            for s in self.alts(node):
+                self.cfg.prods.append((aux, tuple(s)))
+        return -(aux + 1)
+
+    def _rep(self, aux: int, item: Node, lo: int, hi: int | None) -> None:
+        x = self.symbol(item)
+        if x is None:
+            if lo == 0:
+                self.cfg.prods.append((aux, ()))
+            return
+        if hi is None:
+            loop = self.cfg.nt("<star>")
+            self.cfg.prods.append((loop, ()))
+            self.cfg.prods.append((loop, (-(loop + 1), x)))
+            self.cfg.prods.append((aux, (x,) * lo + (-(loop + 1),)))
+            return
+        tail: tuple[int, ...] = ()
+        for _ in range(hi - lo):
+            opt = self.cfg.nt("<opt>")
+            self.cfg.prods.append((opt, ()))
+            self.cfg.prods.append((opt, (x,) + tail))
+            tail = (-(opt + 1),)
+        self.cfg.prods.append((aux, (x,) * lo + tail))
+
+    def seq(self, node: Node) -> list[int] | None:
+        """One alternative: the node as a symbol sequence, ref-free runs merged into terminals."""
+        items = node[1] if node[0] == "cat" else (node,)
+        out: list[int] = []
+        run: list[Node] = []
+
+        def flush() -> bool:
+            if run:
+                s = self.symbol(("cat", tuple(run)) if len(run) > 1 else run[0])
+                run.clear()
+                if s is None:
+                    return False
+                out.append(s)
+            return True
+
+        for it in items:
+            if has_ref(it):
+                if not flush():
+                    return None
+                s = self.symbol(it)
+                if s is None:
+                    return None
+                out.append(s)
+            else:
+                run.append(it)
+        return out if flush() else None
+
+    def alts(self, node: Node) -> list[list[int]]:
+        if node[0] != "alt":
+            s = self.seq(node)
+            return [] if s is None else [s]
+        plain = [it for it in node[1] if not has_ref(it)]
+        out = []
+        if plain:
+            s = self.seq(("alt", tuple(plain)) if len(plain) > 1 else plain[0])
+            if s is not None:
+                out.append(s)
+        for it in node[1]:
+            if has_ref(it):
+                s = self.seq(it)
+                if s is not None:
+                    out.append(s)
+        return out
+
+
+def lower(root: Node, rules: dict[str, Node], ignore: list[Node] = ()) -> CFG:
+    return Lowering(rules).build(root, list(ignore))

@@ -1,0 +1,149 @@
+"""GrammarCompiler: regex / JSON Schema / EBNF / choices -> CompiledGrammar, cached per tokenizer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+from radixlm.grammar.ast import alt, lit
+from radixlm.grammar.automaton import dfa_from_ast, regex_ast
+from radixlm.grammar.dfa_engine import DfaEngine
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_schema import json_schema_to_ast
+from radixlm.grammar.token_index import RegionCache
+from radixlm.grammar.tokenizer_info import TokenizerInfo
+
+
+class CompiledGrammar:
+    """A grammar compiled against one vocabulary; shared by any number of matchers (thread-safe
+    for reading). Attributes: ``kind`` ("regex", "json_schema", "ebnf", "choices"), ``source``."""
+
+    def __init__(self, kind: str, source: str, engine: Any, info: TokenizerInfo) -> None:
+        self.kind = kind
+        self.source = source
+        self.engine = engine
+        self.tokenizer_info = info
+        self._rows: dict[Any, torch.Tensor] = {}
+        self._stop = info.stop_mask()
+
+    def mask_row(self, state: Any) -> torch.Tensor:
+        """int32 ``[ceil(vocab_size / 32)]`` tensor of the tokens allowed in ``state`` (cached)."""
+        row = self._rows.get(state)
+        if row is None:
+            mask = self.engine.mask(state)
+            if self.engine.accepting(state):
+                mask = mask | self._stop
+            row = torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int32))
+            if len(self._rows) > 200_000:
+                self._rows.clear()
+            self._rows[state] = row
+        return row
+
+    def __repr__(self) -> str:
+        return f"CompiledGrammar(kind={self.kind!r}, source={self.source[:60]!r})"
+
+
+class GrammarCompiler:
+    """Compiles constraints against one tokenizer, caching results (compile once, match many).
+
+    Args:
+        tokenizer: a transformers tokenizer, or a :class:`TokenizerInfo`.
+        vocab_size: the model's logits width if larger than the tokenizer (extra ids are never
+            allowed).
+        stop_token_ids: tokens allowed exactly where the grammar accepts (default: EOS).
+        cache_size: compiled grammars kept (LRU).
+    Thread-safe: the runtime may compile from a thread pool.
+    """
+
+    def __init__(self, tokenizer: Any, *, vocab_size: int | None = None,
+                 stop_token_ids: Iterable[int] | None = None, cache_size: int = 256) -> None:
+        if isinstance(tokenizer, TokenizerInfo):
+            self.tokenizer_info = tokenizer
+        else:
+            self.tokenizer_info = TokenizerInfo.from_huggingface(tokenizer, vocab_size, stop_token_ids)
+        self.tokenizer_info.trie  # noqa: B018 - build now, not during the first compile
+        self.regions = RegionCache()
+        self._cache: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def _cached(self, key: tuple, build: Any) -> CompiledGrammar:
+        with self._lock:
+            got = self._cache.get(key)
+            if got is not None:
+                self._cache.move_to_end(key)
+                return got
+        compiled = build()
+        with self._lock:
+            self._cache[key] = compiled
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def _dfa_grammar(self, kind: str, source: str, node: Any) -> CompiledGrammar:
+        dfa = dfa_from_ast(node)
+        if dfa.start == 0:
+            raise GrammarError(f"the {kind} accepts no string")
+        return CompiledGrammar(kind, source, DfaEngine(dfa, self.tokenizer_info, self.regions), self.tokenizer_info)
+
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
+        """The whole output must match ``pattern`` (Python ``re.fullmatch`` semantics).
+
+        Raises:
+            GrammarError: unsupported regex syntax (named), or an empty language.
+        """
+        if not isinstance(pattern, str):
+            raise GrammarError("regex must be a str")
+        return self._cached(("regex", pattern), lambda: self._dfa_grammar("regex", pattern, regex_ast(pattern)))
+
+    def compile_choices(self, choices: list[str]) -> CompiledGrammar:
+        """The output is exactly one of ``choices``."""
+        if not choices or not all(isinstance(c, str) for c in choices):
+            raise GrammarError("choices must be a non-empty list of str")
+        key = ("choices", tuple(choices))
+        return self._cached(key, lambda: self._dfa_grammar("choices", json.dumps(choices), alt(*(lit(c) for c in choices))))
+
+    def compile_json_schema(self, schema: str | dict, *, any_whitespace: bool = False) -> CompiledGrammar:
+        """JSON conforming to ``schema`` (see :mod:`radixlm.grammar.json_schema` for the rules).
+
+        Args:
+            schema: JSON text or a dict.
+            any_whitespace: allow any JSON whitespace (bounded) between tokens instead of the
+                ``json.dumps`` separators only.
+        Raises:
+            GrammarError: invalid schema or an unsupported keyword (named in the message).
+        """
+        text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False)
+
+        def build() -> CompiledGrammar:
+            node, rules = json_schema_to_ast(schema, any_whitespace)
+            if not rules:
+                return self._dfa_grammar("json_schema", text, node)
+            from radixlm.grammar.earley_engine import EarleyEngine
+
+            engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
+            return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
+
+        return self._cached(("json_schema", text, any_whitespace), build)
+
+    def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
+        """A grammar in lark syntax; ``root`` names the start rule.
+
+        Raises:
+            GrammarError: grammar syntax errors, unknown rules, unsupported regex features.
+        """
+
+        def build() -> CompiledGrammar:
+            from radixlm.grammar.earley_engine import EarleyEngine
+            from radixlm.grammar.ebnf import lark_to_rules
+
+            node, rules = lark_to_rules(grammar, root)
+            engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
+            return CompiledGrammar("ebnf", grammar, engine, self.tokenizer_info)
+
+        return self._cached(("ebnf", grammar, root), build)

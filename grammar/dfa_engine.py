@@ -1,0 +1,56 @@
+"""The engine behind regex, choices and non-recursive JSON Schema grammars: one byte DFA."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixlm.grammar.automaton import ByteDFA
+from radixlm.grammar.token_index import DfaIndex, RegionCache
+from radixlm.grammar.tokenizer_info import TokenizerInfo
+
+EAGER_STATES = 4000  # compile-time mask precomputation up to this many DFA states
+
+
+class DfaEngine:
+    """Matcher states are DFA state ids (0: dead)."""
+
+    def __init__(self, dfa: ByteDFA, info: TokenizerInfo, regions: RegionCache, eager: bool = True) -> None:
+        self.dfa = dfa
+        self.index = DfaIndex(dfa.trans, info.trie, info.mask_words, regions)
+        live = dfa.trans != 0
+        count = live.sum(axis=1)
+        self._forced = np.where(count == 1, live.argmax(axis=1), -1)
+        self._forced[dfa.accept] = -1
+        if eager and dfa.n_states <= EAGER_STATES:
+            self.index.compute(list(range(1, dfa.n_states)))
+
+    def initial(self) -> int:
+        return self.dfa.start
+
+    def advance(self, state: int, data: bytes) -> int | None:
+        s = self.dfa.step(state, data)
+        return s if s else None
+
+    def accepting(self, state: int) -> bool:
+        return bool(self.dfa.accept[state])
+
+    def can_continue(self, state: int) -> bool:
+        return bool(self.index.n_live[state])
+
+    def mask(self, state: int) -> np.ndarray:
+        return self.index.mask(state)
+
+    def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
+        out = bytearray()
+        rows = self.dfa.rows
+        while len(out) < limit:
+            b = int(self._forced[state])
+            if b < 0:
+                break
+            out.append(b)
+            state = rows[state][b]
+        return bytes(out)
+
+    @property
+    def n_states(self) -> int:
+        return self.dfa.n_states

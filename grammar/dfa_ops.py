@@ -1,0 +1,68 @@
+"""Boolean operations on byte DFAs (product construction): intersection, difference, union."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixlm.grammar.automaton import MAX_DFA_STATES, ByteDFA, _trim, dfa_from_ast
+from radixlm.grammar.errors import GrammarError
+
+
+def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
+    """``mode``: ``"and"`` (both accept) or ``"diff"`` (a accepts, b does not)."""
+    if mode not in ("and", "diff"):
+        raise ValueError(mode)
+    if a.start == 0 or (mode == "and" and b.start == 0):
+        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
+    nb = b.n_states
+    ta, tb = a.trans.astype(np.int64), b.trans.astype(np.int64)
+    ids: dict[int, int] = {a.start * nb + b.start: 1}
+    order = [a.start * nb + b.start]
+    rows: list[np.ndarray] = []
+    accept = [False]
+    k = 0
+    while k < len(order):
+        code = order[k]
+        k += 1
+        sa, sb = divmod(code, nb)
+        accept.append(bool(a.accept[sa] and (b.accept[sb] if mode == "and" else not b.accept[sb])))
+        codes = ta[sa] * nb + tb[sb]
+        dead = (ta[sa] == 0) | ((tb[sb] == 0) if mode == "and" else False)
+        uniq, inv = np.unique(codes, return_inverse=True)
+        mapped = np.zeros(uniq.size, dtype=np.int32)
+        for j, c in enumerate(uniq.tolist()):
+            if c // nb == 0 or (mode == "and" and c % nb == 0):
+                continue
+            d = ids.get(c)
+            if d is None:
+                d = ids[c] = len(order) + 1
+                order.append(c)
+                if len(order) > MAX_DFA_STATES:
+                    raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+            mapped[j] = d
+        row = mapped[inv]
+        row[dead] = 0
+        rows.append(row)
+    trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
+    trans[1:] = np.stack(rows)
+    return _trim(trans, np.asarray(accept, dtype=bool))
+
+
+def union(dfas: list[ByteDFA]) -> ByteDFA:
+    return dfa_from_ast(("alt", tuple(("dfa", d) for d in dfas)))
+
+
+def is_empty(d: ByteDFA) -> bool:
+    return d.start == 0
+
+
+def exactly_one(dfas: list[ByteDFA]) -> ByteDFA:
+    """Strings accepted by exactly one of ``dfas`` (JSON Schema ``oneOf``)."""
+    if len(dfas) == 1:
+        return dfas[0]
+    parts = []
+    for i, d in enumerate(dfas):
+        others = [o for j, o in enumerate(dfas) if j != i]
+        overlap = [o for o in others if not is_empty(product(d, o, "and"))]
+        parts.append(product(d, union(overlap), "diff") if overlap else d)
+    return union(parts)

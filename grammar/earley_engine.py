@@ -1,0 +1,203 @@
+"""The engine behind EBNF grammars and recursive JSON schemas: Earley over terminal DFAs.
+
+A matcher state is a set of *threads* ``(column, terminal, dfa_state)``: inside ``terminal``,
+started after Earley column ``column``. Lexing is not committed: wherever a terminal may end, the
+terminals the parser expects next start as new threads (scannerless semantics; ``%ignore``
+terminals may appear at any terminal boundary).
+
+Token masks: the tokens that stay inside a thread's terminal are that terminal DFA's state mask
+(cached, see :class:`DfaIndex`); the tokens that cross a terminal boundary are found by walking
+the trie below the boundary nodes with the threads the boundary spawns, vectorized per thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from radixlm.grammar.ast import Node
+from radixlm.grammar.cfg import CFG, lower
+from radixlm.grammar.earley import Chart
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.token_index import DfaIndex, RegionCache, dense_walk, pack_tokens, WIDE
+from radixlm.grammar.tokenizer_info import TokenizerInfo
+from radixlm.grammar.trie import expand
+
+Thread = tuple[int, int, int]
+
+
+class EarleyState:
+    """Immutable matcher state (hashable)."""
+
+    __slots__ = ("threads", "accepting", "_hash")
+
+    def __init__(self, threads: frozenset[Thread], accepting: bool) -> None:
+        self.threads = threads
+        self.accepting = accepting
+        self._hash = hash((threads, accepting))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, EarleyState) and self.accepting == other.accepting
+                and self.threads == other.threads)
+
+
+class EarleyEngine:
+    def __init__(self, cfg: CFG, info: TokenizerInfo, regions: RegionCache) -> None:
+        self.cfg = cfg
+        self.info = info
+        self.trie = info.trie
+        self.words = info.mask_words
+        self.chart = Chart(cfg)
+        self.terms = cfg.terminals
+        self.rows = [t.rows for t in self.terms]
+        self.accept = [t.accept for t in self.terms]
+        self.index = [DfaIndex(t.trans, self.trie, self.words, regions) for t in self.terms]
+        self.ignore = frozenset(cfg.ignore)
+        self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
+        self._boundary: dict[tuple[int, int], np.ndarray] = {}
+        self._initial = self._start_state()
+        if not self._initial.threads and not self._initial.accepting:
+            raise GrammarError("the grammar accepts no string")
+
+    @classmethod
+    def from_rules(cls, root: Node, rules: dict[str, Node], info: TokenizerInfo, regions: RegionCache,
+                   ignore: list[Node] = ()) -> "EarleyEngine":
+        return cls(lower(root, rules, ignore), info, regions)
+
+    # --- threads -------------------------------------------------------------------------------
+
+    def _threads_at(self, col: int) -> frozenset[Thread]:
+        terms = self.chart.scan_terms[col] | self.ignore
+        return frozenset((col, t, self.terms[t].start) for t in terms)
+
+    def _start_state(self) -> EarleyState:
+        return EarleyState(self._threads_at(0), self.chart.accepting[0])
+
+    def spawn(self, col: int, term: int) -> tuple[frozenset[Thread], bool]:
+        """Threads (and accepting flag) right after ``term`` ends, having started at ``col``."""
+        key = (col, term)
+        got = self._spawn.get(key)
+        if got is None:
+            nxt = col if term in self.ignore else self.chart.advance(col, term)
+            got = (frozenset(), False) if nxt is None else (self._threads_at(nxt), self.chart.accepting[nxt])
+            self._spawn[key] = got
+        return got
+
+    def initial(self) -> EarleyState:
+        return self._initial
+
+    def advance(self, state: EarleyState, data: bytes) -> EarleyState | None:
+        threads = state.threads
+        accepting = state.accepting
+        for b in data:
+            nxt: set[Thread] = set()
+            accepting = False
+            for col, t, q in threads:
+                q2 = self.rows[t][q][b]
+                if q2:
+                    nxt.add((col, t, q2))
+                    if self.accept[t][q2]:
+                        more, acc = self.spawn(col, t)
+                        nxt |= more
+                        accepting = accepting or acc
+            if not nxt:
+                return None
+            threads = frozenset(nxt)
+        return EarleyState(threads, accepting)
+
+    def accepting(self, state: EarleyState) -> bool:
+        return state.accepting
+
+    # --- masks ---------------------------------------------------------------------------------
+
+    def _root_boundary(self, t: int, q: int) -> np.ndarray:
+        """Trie nodes at which terminal ``t``, from state ``q``, can end."""
+        key = (t, q)
+        got = self._boundary.get(key)
+        if got is None:
+            term = self.terms[t]
+            if self.index[t].n_live[q] >= WIDE:
+                st = dense_walk(term.trans, self.trie, q)
+                got = np.nonzero(term.accept[st] & (st != 0))[0]
+                got = got[got != 0]
+            else:
+                nodes, states = _walk_states(term.trans, self.trie, np.zeros(1, np.int64), np.asarray([q]))
+                got = nodes[term.accept[states]]
+            self._boundary[key] = got
+        return got
+
+    def mask(self, state: EarleyState) -> np.ndarray:
+        out = np.zeros(self.words, dtype=np.int32)
+        crossing: list[np.ndarray] = []
+        for col, t, q in state.threads:
+            out |= self.index[t].mask(q)
+            nodes = self._root_boundary(t, q)
+            if nodes.size:
+                more, _ = self.spawn(col, t)
+                if more:
+                    self._below(more, nodes, crossing, 0)
+        if crossing:
+            allnodes = np.concatenate(crossing)
+            tok = self.trie.node_token[allnodes]
+            out |= pack_tokens(tok[tok >= 0], self.trie, self.words)
+        return out
+
+    def _below(self, threads: frozenset[Thread], nodes: np.ndarray, out: list[np.ndarray], depth: int) -> None:
+        """Append the live trie nodes strictly below ``nodes`` under ``threads``."""
+        if depth > self.trie.max_depth:
+            return
+        for col, t, q in threads:
+            term = self.terms[t]
+            found, states = _walk_states(term.trans, self.trie, nodes, np.full(nodes.size, q))
+            if not found.size:
+                continue
+            out.append(found)
+            acc = term.accept[states]
+            if acc.any():
+                more, _ = self.spawn(col, t)
+                if more:
+                    self._below(more, np.unique(found[acc]), out, depth + 1)
+
+    def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
+        out = bytearray()
+        while len(out) < limit and not state.accepting:
+            options: set[int] = set()
+            for _, t, q in state.threads:
+                row = self.terms[t].trans[q]
+                options.update(np.nonzero(row)[0].tolist())
+                if len(options) > 1:
+                    break
+            if len(options) != 1:
+                break
+            b = options.pop()
+            nxt = self.advance(state, bytes([b]))
+            if nxt is None:
+                break
+            out.append(b)
+            state = nxt
+        return bytes(out)
+
+
+def _walk_states(trans: np.ndarray, trie: Any, nodes: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sparse walk below ``nodes``: every live descendant and its DFA state."""
+    flat = trans.reshape(-1)
+    node = nodes.astype(np.int64)
+    st = states.astype(np.int64)
+    out_n, out_s = [], []
+    while node.size:
+        kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
+        if kids.size == 0:
+            break
+        nst = flat[st[owner] * 256 + trie.node_byte[kids]]
+        live = nst != 0
+        node, st = kids[live], nst[live].astype(np.int64)
+        out_n.append(node)
+        out_s.append(st)
+    if not out_n:
+        z = np.zeros(0, np.int64)
+        return z, z
+    return np.concatenate(out_n), np.concatenate(out_s)

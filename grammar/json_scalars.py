@@ -1,0 +1,170 @@
+"""JSON Schema keywords of scalars -> regex AST: strings (length, pattern, format) and numbers
+(bounds, multipleOf)."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from radixlm.grammar.ast import NOTHING, Node, cat
+from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast, regex_ast
+from radixlm.grammar.dfa_ops import product
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_lexical import QUOTE, encode_content, int_range, number_range, string
+
+_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_H16 = r"[0-9a-fA-F]{1,4}"
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+# Decoded-string regexes (full match) of the formats we check; unknown formats are annotations.
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": _DATE + "[Tt]" + _TIME,
+    "email": r"[^\s@]+@[^\s@]+",
+    "idn-email": r"[^\s@]+@[^\s@]+",
+    "hostname": _LABEL + r"(\." + _LABEL + ")*",
+    "ipv4": rf"({_OCTET}\.){{3}}{_OCTET}",
+    "ipv6": rf"(({_H16}:){{7}}{_H16}|(({_H16}:){{0,6}}{_H16})?::(({_H16}:){{0,6}}{_H16})?)",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\"<>\\^`{|}]*",
+    "uri-reference": r"[^\s\"<>\\^`{|}]*",
+    "iri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\"<>\\^`{|}]*",
+    "json-pointer": r"(/([^~/]|~[01])*)*",
+    "duration": r"P(([0-9]+Y)?([0-9]+M)?([0-9]+D)?(T([0-9]+H)?([0-9]+M)?([0-9]+(\.[0-9]+)?S)?)?|[0-9]+W)",
+}
+
+
+MAX_EXACT_LEN = 64
+
+
+def _content_dfa(pattern: str, search: bool) -> ByteDFA:
+    return dfa_from_ast(cat(QUOTE, encode_content(regex_ast(pattern, search)), QUOTE))
+
+
+def string_node(schema: dict, extra: dict) -> Node:
+    """``type: string`` with minLength / maxLength / pattern / format."""
+    lo = int(schema.get("minLength", 0))
+    hi = schema.get("maxLength")
+    hi = None if hi is None else int(hi)
+    if hi is not None and hi < lo:
+        return NOTHING
+    if lo > MAX_EXACT_LEN or (hi is not None and hi > MAX_EXACT_LEN):
+        raise GrammarError(f"unsupported: string minLength/maxLength above {MAX_EXACT_LEN}")
+    base = string(lo, hi)
+    patterns = [p for p in [schema.get("pattern")] + list(extra.get("pattern", [])) if p is not None]
+    formats = [f for f in [schema.get("format")] + list(extra.get("format", [])) if f in FORMATS]
+    if not patterns and not formats:
+        return base
+    dfas = [_content_dfa(p, True) for p in patterns] + [_content_dfa(FORMATS[f], False) for f in formats]
+    if lo or hi is not None:
+        dfas.append(dfa_from_ast(base))
+    out = dfas[0]
+    for d in dfas[1:]:
+        out = product(out, d, "and")
+    return ("dfa", out) if out.start else NOTHING
+
+
+def _dec(v: Any, key: str) -> Decimal:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise GrammarError(f"'{key}' must be a number")
+    try:
+        return Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+    except InvalidOperation:
+        raise GrammarError(f"'{key}' is not a finite number") from None
+
+
+def bounds(schema: dict) -> tuple[Decimal | None, bool, Decimal | None, bool]:
+    """(lo, lo_exclusive, hi, hi_exclusive) from minimum / maximum / exclusive* (drafts 4 and 6+)."""
+    lo = hi = None
+    lo_x = hi_x = False
+    if "minimum" in schema:
+        lo = _dec(schema["minimum"], "minimum")
+        lo_x = schema.get("exclusiveMinimum") is True
+    if "maximum" in schema:
+        hi = _dec(schema["maximum"], "maximum")
+        hi_x = schema.get("exclusiveMaximum") is True
+    em, eM = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if em is not None and not isinstance(em, bool):
+        v = _dec(em, "exclusiveMinimum")
+        if lo is None or v >= lo:
+            lo, lo_x = v, True
+    if eM is not None and not isinstance(eM, bool):
+        v = _dec(eM, "exclusiveMaximum")
+        if hi is None or v <= hi:
+            hi, hi_x = v, True
+    return lo, lo_x, hi, hi_x
+
+
+def _multiple_dfa(c: int, p: int) -> ByteDFA:
+    """Decimals (no exponent) whose value is a multiple of ``c / 10**p``: the scaled value
+    ``v * 10**p`` must be an integer divisible by ``c``. States track the remainder and how many
+    fraction digits were read."""
+    # state ids: 1 start, 2 after '-', 3 leading '0', then (phase, r): phase 0 = integer digits,
+    # phase 1..p+1 = after '.' with phase-1 fraction digits read (p+1: beyond p, zeros only).
+    def sid(phase: int, r: int) -> int:
+        return 4 + phase * c + r
+
+    n = 4 + (p + 2) * c
+    trans = np.zeros((n, 256), dtype=np.int32)
+    accept = np.zeros(n, dtype=bool)
+    trans[1, ord("-")] = 2
+    trans[1, ord("0")] = trans[2, ord("0")] = 3
+    for s in (1, 2):
+        for d in range(1, 10):
+            trans[s, 48 + d] = sid(0, d % c)
+    for r in range(c):
+        for d in range(10):
+            trans[sid(0, r), 48 + d] = sid(0, (r * 10 + d) % c)
+        for phase in range(1, p + 1):
+            for d in range(10):
+                trans[sid(phase, r), 48 + d] = sid(phase + 1, (r * 10 + d) % c)
+        trans[sid(p + 1, r), 48] = sid(p + 1, r)
+        # the value is complete once padded to p fraction digits: r * 10**(p - read) % c == 0.
+        accept[sid(0, r)] = r * 10**p % c == 0
+        for phase in range(1, p + 2):
+            read = min(phase - 1, p)
+            accept[sid(phase, r)] = phase > 1 and r * 10 ** (p - read) % c == 0
+    accept[3] = True
+    trans[3, ord(".")] = sid(1, 0)
+    for r in range(c):
+        trans[sid(0, r), ord(".")] = sid(1, r)
+    return _trim(trans, accept)
+
+
+def number_node(schema: dict, extra: dict, integer: bool) -> Node:
+    """``type: integer`` / ``number`` with bounds and multipleOf."""
+    lo, lo_x, hi, hi_x = bounds(schema)
+    if integer:
+        ilo = ihi = None
+        if lo is not None:
+            ilo = math.floor(lo) + 1 if (lo_x or lo != math.floor(lo)) else int(lo)
+        if hi is not None:
+            ihi = math.ceil(hi) - 1 if (hi_x or hi != math.ceil(hi)) else int(hi)
+        node = int_range(ilo, ihi) if ilo is None or ihi is None or ilo <= ihi else NOTHING
+    else:
+        node = number_range(lo, lo_x, hi, hi_x)
+    mults = [m for m in [schema.get("multipleOf")] + list(extra.get("multipleOf", [])) if m is not None]
+    for m in mults:
+        q = Fraction(str(_dec(m, "multipleOf")))
+        if q <= 0:
+            raise GrammarError("'multipleOf' must be positive")
+        p = 0
+        while q.denominator != 1:
+            q *= 10
+            p += 1
+            if p > 6:
+                raise GrammarError(f"multipleOf {m} (too many decimals)")
+        c = int(q)
+        if integer:  # v * 10**p divisible by c  <=>  v divisible by c / gcd(c, 10**p)
+            c, p = c // math.gcd(c, 10**p), 0
+        if c > 5000:
+            raise GrammarError(f"multipleOf {m} (modulus too large)")
+        d = _multiple_dfa(c, p)
+        node = ("dfa", product(dfa_from_ast(node), d, "and"))
+    return node

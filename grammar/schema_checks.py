@@ -1,0 +1,144 @@
+"""Schema-level helpers for the JSON Schema converter: implied types, enum filtering, and a
+conservative disjointness test for ``oneOf``."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Callable
+
+from radixlm.grammar.schema_merge import ALL_TYPES, ANNOTATIONS, _json_eq, resolve_pointer, types_of
+
+OBJECT_KWS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
+              "propertyNames", "patternProperties", "unevaluatedProperties", "dependencies")
+ARRAY_KWS = ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains")
+STRING_KWS = ("minLength", "maxLength", "pattern", "format")
+NUMBER_KWS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def value_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def implied_types(schema: dict) -> set[str] | None:
+    """Types an instance may have: ``type``, else those the keywords constrain (restricting to
+    them never accepts an invalid instance), else None (any type)."""
+    ts = types_of(schema)
+    if ts is None:
+        inferred: set[str] = set()
+        for kws, t in ((OBJECT_KWS, {"object"}), (ARRAY_KWS, {"array"}), (STRING_KWS, {"string"}),
+                       (NUMBER_KWS, {"number", "integer"})):
+            if any(k in schema for k in kws):
+                inferred |= t
+        extra = schema.get("x-all", {})
+        if "pattern" in extra or "format" in extra:
+            inferred.add("string")
+        if "multipleOf" in extra:
+            inferred |= {"number", "integer"}
+        ts = inferred or None
+    if "enum" in schema or "const" in schema:
+        vals = [schema["const"]] if "const" in schema else list(schema.get("enum", []))
+        vt = {value_type(v) for v in vals}
+        if "integer" in vt:
+            vt.add("number")
+        ts = vt if ts is None else ts & vt
+    return ts
+
+
+def _validator(schema: dict, root: Any) -> Any:
+    import jsonschema
+
+    sub = dict(schema)
+    if isinstance(root, dict):
+        for key in ("definitions", "$defs"):
+            if key in root:
+                sub.setdefault(key, root[key])
+    extra = sub.pop("x-all", {})
+    sub.pop("x-any", None)
+    more = [{k: v} for k, vs in extra.items() for v in vs]
+    if more:
+        sub["allOf"] = list(sub.get("allOf", [])) + more
+    cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {}, default=jsonschema.Draft7Validator)
+    return cls(sub)
+
+
+def valid_values(schema: dict, root: Any) -> list[Any]:
+    """``enum`` / ``const`` members that satisfy the schema's other keywords."""
+    vals = [schema["const"]] if "const" in schema else list(schema["enum"])
+    if "const" in schema and "enum" in schema:
+        vals = [v for v in vals if any(_json_eq(v, e) for e in schema["enum"])]
+    rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+    if not any(k not in ANNOTATIONS for k in rest):
+        return vals
+    try:
+        check = _validator(rest, root)
+        return [v for v in vals if check.is_valid(v)]
+    except Exception:  # noqa: BLE001 - an odd sub-schema: fall back to the type filter
+        ts = implied_types(rest)
+        return [v for v in vals if ts is None or value_type(v) in ts or
+                (value_type(v) == "integer" and "number" in ts)]
+
+
+def _interval(s: dict) -> tuple[Decimal | None, Decimal | None]:
+    from radixlm.grammar.json_scalars import bounds
+
+    lo, _, hi, _ = bounds(s)
+    return lo, hi
+
+
+def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None = None) -> bool:
+    """True only when no instance can satisfy both schemas (conservative: False when unsure)."""
+    if a is False or b is False:
+        return True
+    if a is True or b is True or not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    if "$ref" in a:
+        return disjoint(resolve_pointer(root, a["$ref"]), b, root, string_dfa) if len(a) == 1 else False
+    if "$ref" in b:
+        return disjoint(a, resolve_pointer(root, b["$ref"]), root, string_dfa) if len(b) == 1 else False
+    if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not")):
+        return False
+    ta = implied_types(a) or set(ALL_TYPES)
+    tb = implied_types(b) or set(ALL_TYPES)
+    common = ta & tb
+    if not common:
+        return True
+    va = [a["const"]] if "const" in a else a.get("enum")
+    vb = [b["const"]] if "const" in b else b.get("enum")
+    if va is not None and vb is not None:
+        return not any(_json_eq(x, y) for x in va for y in vb)
+    for vals, other in ((va, b), (vb, a)):
+        if vals is not None:
+            try:
+                check = _validator(other, root)
+                return not any(check.is_valid(v) for v in vals)
+            except Exception:  # noqa: BLE001
+                return False
+    if common == {"object"}:
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        ra, rb = set(a.get("required", [])), set(b.get("required", []))
+        for k in ra & rb:
+            if k in pa and k in pb and disjoint(pa[k], pb[k], root, string_dfa):
+                return True
+        for req, props, other in ((ra, pb, b), (rb, pa, a)):
+            for k in req:
+                if props.get(k) is False or (k not in props and other.get("additionalProperties") is False):
+                    return True
+        return False
+    if common <= {"number", "integer"}:
+        (la, ha), (lb, hb) = _interval(a), _interval(b)
+        return (ha is not None and lb is not None and ha < lb) or (hb is not None and la is not None and hb < la)
+    if common == {"string"} and string_dfa is not None:
+        from radixlm.grammar.dfa_ops import product
+
+        return product(string_dfa(a), string_dfa(b), "and").start == 0
+    return False

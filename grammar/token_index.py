@@ -1,0 +1,241 @@
+"""DFA state -> allowed-token bitmask, by walking the vocabulary trie against the byte DFA.
+
+Two walks, both vectorized with numpy:
+- sparse (:func:`walk_from`): breadth-first over live ``(trie node, DFA state)`` pairs, dropping
+  dead branches, so a restrictive state (after ``{`` only ``"`` survives) costs little;
+- dense (:func:`dense_walk`): every trie node of a depth at once, for "free" states (inside a
+  string) where most of the trie is live.
+
+Free states are further shared across contexts and grammars through their *loop region*: the
+states on short cycles through the state (a string body with its escapes and UTF-8 continuation
+states, a digit loop). Tokens that stay inside the region are the same wherever that region
+appears, so they are computed once per tokenizer and region shape (:class:`RegionCache`); only
+tokens that leave it (a closing quote and what follows) are walked per state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from radixlm.grammar.trie import TokenTrie, expand
+
+REGION_CYCLE = 6  # cycles up to this many bytes (a \uXXXX escape) stay inside a loop region
+WIDE = 24  # states with at least this many live bytes use the region / dense paths
+
+
+def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray,
+              src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sparse walk below ``nodes`` (each in DFA state ``states``) through the subtrees.
+
+    Returns ``(src, node)`` for every live descendant (``src``: index of its start pair, or the
+    given ``src`` values); the start nodes themselves are not included.
+    """
+    flat = trans.reshape(-1)
+    src = np.arange(nodes.size, dtype=np.int64) if src is None else src.astype(np.int64)
+    node = nodes.astype(np.int64)
+    st = states.astype(np.int64)
+    out_src, out_node = [], []
+    while src.size:
+        kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
+        if kids.size == 0:
+            break
+        nst = flat[st[owner] * 256 + trie.node_byte[kids]]
+        live = nst != 0
+        src, node, st = src[owner[live]], kids[live], nst[live].astype(np.int64)
+        out_src.append(src)
+        out_node.append(node)
+    if not out_src:
+        z = np.zeros(0, np.int64)
+        return z, z
+    return np.concatenate(out_src), np.concatenate(out_node)
+
+
+def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
+    """DFA state (0: dead) after every trie node's bytes, from ``start``: int32 ``[n_nodes]``."""
+    flat = trans.reshape(-1).astype(np.int32, copy=False)
+    st = np.zeros(trie.n_nodes, dtype=np.int32)
+    st[0] = start
+    ds = trie.depth_start
+    for d in range(1, len(ds) - 1):
+        lo, hi = int(ds[d]), int(ds[d + 1])
+        if lo == hi:
+            break
+        par = st[trie.parent[lo:hi]]
+        if not par.any():
+            break
+        st[lo:hi] = flat[par * 256 + trie.node_byte[lo:hi]]
+    return st
+
+
+def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
+    """int32 ``[words]`` bitmask with the given token ids (and their byte-duplicates) set."""
+    allowed = np.zeros(words * 32, dtype=bool)
+    allowed[tokens] = True
+    if trie.dup_token.size:
+        allowed[trie.dup_token] |= allowed[trie.dup_of]
+    return np.packbits(allowed, bitorder="little").view(np.int32)
+
+
+@dataclass
+class RegionEntry:
+    """What a loop region admits, independent of where it appears."""
+
+    internal: np.ndarray  # int32 [words]: tokens that end inside the region
+    exit_nodes: np.ndarray  # trie nodes whose last byte leaves the region
+    exit_from: np.ndarray  # canonical region state before that byte
+
+
+class RegionCache:
+    """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape."""
+
+    def __init__(self, capacity: int = 512) -> None:
+        self.capacity = capacity
+        self.entries: OrderedDict[bytes, RegionEntry] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: bytes) -> RegionEntry | None:
+        got = self.entries.get(key)
+        if got is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+        return got
+
+    def put(self, key: bytes, entry: RegionEntry) -> None:
+        self.misses += 1
+        self.entries[key] = entry
+        if len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+
+class DfaIndex:
+    """Token masks of one byte DFA's states against one vocabulary, computed on demand and cached.
+
+    Masks exclude stop tokens (the matcher adds them in accepting states).
+    """
+
+    def __init__(self, trans: np.ndarray, trie: TokenTrie, words: int, regions: RegionCache) -> None:
+        self.trans = trans
+        self.trie = trie
+        self.words = words
+        self.regions = regions
+        self.masks: dict[int, np.ndarray] = {}
+        live = trans != 0
+        self.n_live = live.sum(axis=1)
+        n = trans.shape[0]
+        src = np.repeat(np.arange(n), 256)[live.reshape(-1)]
+        dst = trans.reshape(-1)[live.reshape(-1)]
+        pairs = np.unique(src.astype(np.int64) * n + dst)
+        self._succ = np.split(pairs % n, np.searchsorted(pairs // n, np.arange(1, n)))
+        order = np.argsort(pairs % n, kind="stable")
+        rev = pairs[order]
+        self._pred = np.split(rev // n, np.searchsorted(rev % n, np.arange(1, n)))
+
+    def mask(self, state: int) -> np.ndarray:
+        got = self.masks.get(state)
+        if got is None:
+            self.compute([state])
+            got = self.masks[state]
+        return got
+
+    def compute(self, states: list[int]) -> None:
+        """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
+        narrow = [s for s in states if s not in self.masks and self.n_live[s] < WIDE]
+        wide = [s for s in states if s not in self.masks and self.n_live[s] >= WIDE]
+        for lo in range(0, len(narrow), 64):
+            chunk = narrow[lo : lo + 64]
+            arr = np.asarray(chunk, dtype=np.int64)
+            src, node = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
+            tok = self.trie.node_token[node]
+            keep = tok >= 0
+            allowed = np.zeros((arr.size, self.words * 32), dtype=bool)
+            allowed[src[keep], tok[keep]] = True
+            if self.trie.dup_token.size:
+                allowed[:, self.trie.dup_token] |= allowed[:, self.trie.dup_of]
+            packed = np.packbits(allowed, axis=1, bitorder="little").view(np.int32)
+            for i, s in enumerate(chunk):
+                self.masks[s] = packed[i].copy()
+        for s in wide:
+            self.masks[s] = self._wide(s)
+
+    # --- free states -------------------------------------------------------------------------
+
+    def _region(self, s: int) -> list[int]:
+        """States on cycles of <= REGION_CYCLE bytes through ``s`` (``s`` first)."""
+        fwd = self._bfs(s, self._succ)
+        back = self._bfs(s, self._pred)
+        return [s] + sorted((fwd & back) - {s})
+
+    def _bfs(self, s: int, nbrs: list[np.ndarray]) -> set[int]:
+        seen = {s}
+        frontier = [s]
+        for _ in range(REGION_CYCLE):
+            nxt = []
+            for q in frontier:
+                for r in nbrs[q].tolist():
+                    if r not in seen:
+                        seen.add(r)
+                        nxt.append(r)
+            frontier = nxt
+        return seen
+
+    def _wide(self, s: int) -> np.ndarray:
+        region = self._region(s)
+        if len(region) == 1 and s not in self._succ[s].tolist():
+            st = dense_walk(self.trans, self.trie, s)
+            return pack_tokens(self.trie.node_token[(st != 0) & (self.trie.node_token >= 0)], self.trie, self.words)
+        # canonical numbering: BFS from s inside the region, targets in byte order.
+        inside = set(region)
+        canon = {s: 0}
+        order = [s]
+        rows = []
+        k = 0
+        while k < len(order):
+            row = self.trans[order[k]]
+            k += 1
+            _, first = np.unique(row, return_index=True)
+            for t in row[np.sort(first)].tolist():
+                if t in inside and t not in canon:
+                    canon[t] = len(order)
+                    order.append(t)
+            rows.append(row)
+        table = np.stack(rows).astype(np.int64)
+        lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
+        lut[0] = -2
+        for q, c in canon.items():
+            lut[q] = c
+        codes = lut[table].astype(np.int16)
+        key = hashlib.blake2b(codes.tobytes(), digest_size=16).digest()
+        entry = self.regions.get(key)
+        if entry is None:
+            entry = self._region_entry(codes)
+            self.regions.put(key, entry)
+        states = np.asarray(order, dtype=np.int64)
+        if entry.exit_nodes.size == 0:
+            return entry.internal
+        q = states[entry.exit_from]
+        e = self.trans[q, self.trie.node_byte[entry.exit_nodes]].astype(np.int64)
+        src, nodes = walk_from(self.trans, self.trie, entry.exit_nodes, e)
+        all_nodes = np.concatenate([entry.exit_nodes, nodes])
+        tok = self.trie.node_token[all_nodes]
+        extra = pack_tokens(tok[tok >= 0], self.trie, self.words)
+        return entry.internal | extra
+
+    def _region_entry(self, codes: np.ndarray) -> RegionEntry:
+        n = codes.shape[0]
+        exit_state = n + 1
+        local = np.zeros((n + 2, 256), dtype=np.int32)
+        c = codes.astype(np.int32)
+        local[1 : n + 1] = np.where(c >= 0, c + 1, np.where(c == -1, exit_state, 0))
+        local[exit_state] = exit_state
+        st = dense_walk(local, self.trie, 1)
+        tok_nodes = self.trie.node_token
+        inside = (st >= 1) & (st <= n)
+        internal = pack_tokens(tok_nodes[inside & (tok_nodes >= 0)], self.trie, self.words)
+        par = st[self.trie.parent]
+        par[0] = 0
+        exits = np.nonzero((st == exit_state) & (par != exit_state))[0]
+        return RegionEntry(internal, exits.astype(np.int64), (par[exits] - 1).astype(np.int64))

@@ -1,0 +1,113 @@
+"""Byte trie of a vocabulary in breadth-first layout, for vectorized walks against a byte DFA.
+
+Node 0 is the root. Nodes of one depth are contiguous and sorted by prefix, so the children of any
+node are one contiguous run ``[child_lo[n], child_lo[n] + child_cnt[n])`` of the next depth: a walk
+expands all live nodes of a depth at once with numpy (see :func:`expand`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class TokenTrie:
+    """Trie over the byte strings of all non-special tokens.
+
+    Attributes:
+        node_byte: int32 ``[n_nodes]``, the byte on the edge into each node (root: 0).
+        child_lo, child_cnt: int32 ``[n_nodes]``, the children run of each node.
+        node_token: int32 ``[n_nodes]``, one token id ending at the node, or -1.
+        dup_token, dup_of: int32, further token ids with the same bytes as ``dup_of``.
+        token_node: int32 ``[tokenizer_size]``, node of each token (-1: special / empty).
+        max_depth: the longest token in bytes.
+    """
+
+    def __init__(self, token_bytes: list[bytes | None]) -> None:
+        by_bytes: dict[bytes, list[int]] = {}
+        for tid, b in enumerate(token_bytes):
+            if b:
+                by_bytes.setdefault(b, []).append(tid)
+        keys = sorted(by_bytes)
+        n = len(keys)
+        lens = np.fromiter((len(k) for k in keys), dtype=np.int64, count=n)
+        width = int(lens.max()) if n else 0
+        mat = np.zeros((n, width), dtype=np.uint8)
+        flat = np.frombuffer(b"".join(keys), dtype=np.uint8)
+        rows = np.repeat(np.arange(n), lens)
+        cols = np.arange(flat.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        mat[rows, cols] = flat
+        # lcp[i]: common prefix length of keys[i-1] and keys[i] (sorted, so the first difference
+        # or the shorter length).
+        lcp = np.zeros(n, dtype=np.int64)
+        if n > 1:
+            diff = mat[1:] != mat[:-1]
+            first = np.where(diff.any(axis=1), diff.argmax(axis=1), width)
+            lcp[1:] = np.minimum(first, np.minimum(lens[1:], lens[:-1]))
+        bytes_l, parent_l, cur = [np.zeros(1, np.int64)], [np.full(1, -1, np.int64)], np.zeros(n, np.int64)
+        depth_start = [0, 1]
+        end_node = np.zeros(n, dtype=np.int64)
+        total = 1
+        for d in range(1, width + 1):
+            has = lens >= d
+            new = has & (lcp < d)
+            idx = np.nonzero(has)[0]
+            new_idx = np.nonzero(new)[0]
+            count = new_idx.size
+            # node id at depth d of every key that long: running count of new nodes.
+            ids = total + np.cumsum(new[idx]) - 1
+            bytes_l.append(mat[new_idx, d - 1].astype(np.int64))
+            parent_l.append(cur[new_idx])
+            cur = cur.copy()
+            cur[idx] = ids
+            ends = idx[lens[idx] == d]
+            end_node[ends] = cur[ends]
+            total += count
+            depth_start.append(total)
+        self.n_nodes = total
+        self.max_depth = width
+        self.depth_start = np.asarray(depth_start, dtype=np.int64)
+        self.node_byte = np.concatenate(bytes_l).astype(np.int32)
+        parent = np.concatenate(parent_l)
+        self.child_lo = np.zeros(total, dtype=np.int32)
+        self.child_cnt = np.zeros(total, dtype=np.int32)
+        if total > 1:
+            kids = np.arange(1, total)
+            par = parent[1:]
+            cnt = np.bincount(par, minlength=total)
+            self.child_cnt[:] = cnt
+            first = np.full(total, 0, dtype=np.int64)
+            # parents are non-decreasing in BFS order, so each run starts at its first child.
+            starts = np.searchsorted(par, np.arange(total), side="left") + 1
+            first[:] = starts
+            self.child_lo[:] = np.where(cnt > 0, first, 0)
+            del kids
+        self.node_token = np.full(total, -1, dtype=np.int32)
+        self.token_node = np.full(len(token_bytes), -1, dtype=np.int32)
+        dup_token: list[int] = []
+        dup_of: list[int] = []
+        for i, k in enumerate(keys):
+            ids_k = by_bytes[k]
+            node = int(end_node[i])
+            self.node_token[node] = ids_k[0]
+            for t in ids_k:
+                self.token_node[t] = node
+            for t in ids_k[1:]:
+                dup_token.append(t)
+                dup_of.append(ids_k[0])
+        self.dup_token = np.asarray(dup_token, dtype=np.int64)
+        self.dup_of = np.asarray(dup_of, dtype=np.int64)
+        self.parent = parent.astype(np.int32)
+
+    def children(self, node: int) -> range:
+        lo = int(self.child_lo[node])
+        return range(lo, lo + int(self.child_cnt[node]))
+
+
+def expand(lo: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the runs ``[lo[i], lo[i] + cnt[i])``; also return the run index of each element."""
+    total = int(cnt.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    owner = np.repeat(np.arange(lo.size), cnt)
+    offs = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    return lo[owner] + offs, owner
