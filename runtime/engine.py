@@ -259,19 +259,7 @@ class Engine:
     def get_server_info(self) -> dict:
         """Server args plus live counters (cache hit rate, token counts, pool usage)."""
         def info():
-            st = self.scheduler.stats
-            return {
-                **{k: v for k, v in vars(self.server_args).items()},
-                "max_total_num_tokens": self.runner.max_total_tokens,
-                "context_length": self.runner.context_len,
-                "cache_hit_rate": st.cache_hit_rate,
-                "prompt_tokens": st.prompt_tokens,
-                "cached_tokens": st.cached_tokens,
-                "generated_tokens": st.generated_tokens,
-                "num_retracted": st.num_retracted,
-                "kv_available_tokens": self.runner.allocator.available_size(),
-                "kv_evictable_tokens": self.scheduler.tree_cache.evictable_size(),
-            }
+            return {**vars(self.server_args), **self.scheduler.server_info()}
         return self._call(info)
 
     @property

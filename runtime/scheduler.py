@@ -144,6 +144,21 @@ class Scheduler:
                 self._finish(req, {"type": "abort", "message": message}, holds_kv=req.req_pool_idx is not None)
         return reqs
 
+    def server_info(self) -> dict:
+        """Live counters: pool size and usage, cache hit rate, token counts, retractions."""
+        st = self.stats
+        return {
+            "max_total_num_tokens": self.allocator.size,
+            "context_length": self.runner.context_len,
+            "cache_hit_rate": st.cache_hit_rate,
+            "prompt_tokens": st.prompt_tokens,
+            "cached_tokens": st.cached_tokens,
+            "generated_tokens": st.generated_tokens,
+            "num_retracted": st.num_retracted,
+            "kv_available_tokens": self.allocator.available_size(),
+            "kv_evictable_tokens": self.tree_cache.evictable_size(),
+        }
+
     def flush_cache(self) -> bool:
         """Empty the prefix cache; refused (False) while any request is queued or running."""
         if self.has_work():

@@ -108,20 +108,7 @@ class SchedulerServer:
         if kind == "flush_cache":
             return self.scheduler.flush_cache()
         if kind == "server_info":
-            st = self.scheduler.stats
-            return {
-                **vars(self.args),
-                **self.ready_info(),
-                "max_total_num_tokens": self.runner.max_total_tokens,
-                "cache_hit_rate": st.cache_hit_rate,
-                "prompt_tokens": st.prompt_tokens,
-                "cached_tokens": st.cached_tokens,
-                "generated_tokens": st.generated_tokens,
-                "num_retracted": st.num_retracted,
-                "kv_available_tokens": self.runner.allocator.available_size(),
-                "kv_evictable_tokens": self.scheduler.tree_cache.evictable_size(),
-                **vars(self._snapshot()),
-            }
+            return {**vars(self.args), **self.ready_info(), **self.scheduler.server_info(), **vars(self._snapshot())}
         return None
 
     # ------------------------------------------------------------ outputs
