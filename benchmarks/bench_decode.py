@@ -52,9 +52,10 @@ def ours(path: str, args) -> dict:
     bs_list = [int(b) for b in args.batch_sizes.split(",")]
     sa = ServerArgs(model_path=path, load_format="dummy", skip_tokenizer_init=True, context_length=args.context_len_max,
                     max_running_requests=max(bs_list), chunked_prefill_size=16384, max_prefill_tokens=16384,
-                    disable_cuda_graph=args.disable_cuda_graph, disable_radix_cache=True)
+                    disable_cuda_graph=args.disable_cuda_graph, disable_radix_cache=True,
+                    enable_overlap_schedule=args.overlap)
     runner = ModelRunner(sa, path, [])
-    sched = Scheduler(sa, runner, None)
+    sched = Scheduler.create(sa, runner, None)
     weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())
     out = {"weight_bytes": weight_bytes}
     vocab = runner.cfg.vocab_size
@@ -161,6 +162,7 @@ def main() -> None:
     ap.add_argument("--prefill-len", type=int, default=4096)
     ap.add_argument("--context-len-max", type=int, default=8192)
     ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--overlap", action="store_true", help="enable_overlap_schedule")
     ap.add_argument("--profile-bs", type=int, default=64, help="profile decode steps at this batch size")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--json-out")

@@ -47,7 +47,7 @@ class Engine:
         tok_path = self.server_args.tokenizer_path or model_path
         self.tokenizer, eos_ids = load_tokenizer(tok_path, model_path, self.server_args.skip_tokenizer_init)
         self.runner = ModelRunner(self.server_args, model_path, eos_ids)
-        self.scheduler = Scheduler(self.server_args, self.runner, self.tokenizer)
+        self.scheduler = Scheduler.create(self.server_args, self.runner, self.tokenizer)
         self._inbox: queue.Queue = queue.Queue()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="radixlm-scheduler", daemon=True)

@@ -5,6 +5,7 @@ It makes no policy decisions (DESIGN.md §6.2)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -25,6 +26,16 @@ CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
 # Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
 # sampling slices in batch.slices) -> None; masks the logits in place.
 LogitsMaskFn = Callable[[torch.Tensor, ScheduleBatch, list[int]], None]
+
+
+@dataclass
+class DecodeHandle:
+    """A launched decode step: sampled ids on the device and in (pinned) host memory, and the
+    CUDA event that marks the host copy done (``None`` on CPU)."""
+
+    next_ids: torch.Tensor
+    host_ids: torch.Tensor
+    event: object = None
 
 
 class ModelRunner:
@@ -82,10 +93,10 @@ class ModelRunner:
         return size
 
     # ---------------------------------------------------------------- forward
-    def _forward_batch(self, batch: ScheduleBatch) -> ForwardBatch:
+    def _forward_batch(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> ForwardBatch:
         ids, pos = [], []
         for s in batch.slices:
-            ids.extend(s.req.token_slice(s.start, s.end))
+            ids.extend(s.req.token_slice(s.start, s.end) if input_ids is None else [0] * s.length)
             pos.extend(range(s.start, s.end))
         seq_lens = [s.end for s in batch.slices]
         per_req = [[s.req.req_pool_idx for s in batch.slices], seq_lens]
@@ -102,7 +113,7 @@ class ModelRunner:
         req = torch.tensor(per_req, dtype=torch.int64).to(self.device)
         fb = ForwardBatch(
             mode=batch.mode,
-            input_ids=tok[0],
+            input_ids=tok[0] if input_ids is None else input_ids,
             positions=tok[1],
             out_cache_loc=batch.out_cache_loc,
             req_pool_indices=req[0],
@@ -118,13 +129,17 @@ class ModelRunner:
         return fb
 
     @torch.inference_mode()
-    def forward_logits(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
+    def forward_logits(
+        self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
         """Forward ``batch`` (slots already allocated and written to req_to_token).
 
+        ``input_ids`` (int64 ``[T]`` on the device) replaces the token ids read from the requests
+        (overlap scheduling feeds the previous step's sampled ids without a host round trip).
         Returns fp32 logits ``[N, vocab]`` for the positions each slice needs, and per slice
         ``(first row in logits, absolute positions)``.
         """
-        fb = self._forward_batch(batch)
+        fb = self._forward_batch(batch, input_ids)
         if batch.mode == ForwardMode.DECODE and self.cuda_graph is not None and self.cuda_graph.can_run(fb.batch_size):
             logits = self.cuda_graph.replay(fb)
             return logits, [(i, [s.start]) for i, s in enumerate(batch.slices)]
@@ -137,6 +152,31 @@ class ModelRunner:
             offset += s.length
         rows = torch.tensor(index, dtype=torch.int64, device=self.device)
         return self.model.compute_logits(hidden[rows]), per_slice
+
+    @torch.inference_mode()
+    def launch_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> DecodeHandle:
+        """Enqueue a decode step and its sampling without waiting for the device.
+
+        Only for requests that need no host-side logits processing (no grammar, penalties,
+        pending ``min_new_tokens`` or logprobs). The sampled ids are copied to host memory
+        asynchronously; :meth:`collect` waits for exactly this step.
+        """
+        logits, _ = self.forward_logits(batch, input_ids)
+        next_ids = sample(logits, batch.reqs, self.generator)
+        cuda = self.device.type == "cuda"
+        host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=cuda)
+        host.copy_(next_ids, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return DecodeHandle(next_ids, host, event)
+
+    def collect(self, handle: DecodeHandle) -> list[StepOutput]:
+        """Wait for a launched decode step and return its sampled tokens."""
+        if handle.event is not None:
+            handle.event.synchronize()
+        return [StepOutput(next_token_id=t) for t in handle.host_ids.tolist()]
 
     @torch.inference_mode()
     def run(self, batch: ScheduleBatch) -> list[StepOutput]:

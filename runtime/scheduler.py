@@ -51,7 +51,17 @@ class Scheduler:
     """Owns the waiting queue, the running batch and the prefix cache of one model runner.
 
     Not thread-safe: the engine calls :meth:`add_request` and :meth:`step` from one thread.
+    :meth:`create` picks this class or the overlapping one from the server args.
     """
+
+    @staticmethod
+    def create(args: ServerArgs, runner: ModelRunner, tokenizer) -> "Scheduler":
+        """A :class:`Scheduler`, or an ``OverlapScheduler`` when ``args.enable_overlap_schedule``."""
+        if args.enable_overlap_schedule:
+            from radixlm.runtime.overlap_scheduler import OverlapScheduler
+
+            return OverlapScheduler(args, runner, tokenizer)
+        return Scheduler(args, runner, tokenizer)
 
     def __init__(self, args: ServerArgs, runner: ModelRunner, tokenizer) -> None:
         self.args = args
@@ -114,20 +124,31 @@ class Scheduler:
 
     def step(self) -> list[Req]:
         """Run one batch; returns the requests that produced output or finished this step."""
-        batch = self._get_prefill_batch()
-        if batch is None and self.running:
-            batch = self._get_decode_batch()
-        aborted, self._aborted = self._aborted, []
+        batch = self._select_batch()
+        aborted = self._take_aborted()
         self.ran_batch = batch is not None
         if batch is None:
             self._idle_check()
             return aborted
+        return aborted + self._run_batch(batch)
+
+    def _select_batch(self) -> ScheduleBatch | None:
+        batch = self._get_prefill_batch()
+        if batch is None and self.running:
+            batch = self._get_decode_batch()
+        return batch
+
+    def _take_aborted(self) -> list[Req]:
+        aborted, self._aborted = self._aborted, []
+        return aborted
+
+    def _run_batch(self, batch: ScheduleBatch) -> list[Req]:
         self._checked_idle = False
         self.cur_batch = batch
         outs = self.runner.run(batch)
         touched = self._process(batch, outs)
         self.cur_batch = None
-        return aborted + touched
+        return touched
 
     def abort_all(self, message: str) -> list[Req]:
         """Abort every queued, running and in-flight request (e.g. after a failed step)."""
@@ -322,8 +343,11 @@ class Scheduler:
         else:
             self.stats.num_decode_batches += 1
         touched = []
-        for s, out in zip(batch.slices, outs):
+        for i, (s, out) in enumerate(zip(batch.slices, outs)):
             req = s.req
+            if req.finished:  # NOTE: finished while this decode batch was in flight (overlap)
+                self.allocator.free(batch.out_cache_loc[i : i + 1])
+                continue
             req.kv_len = s.end
             reason = self.output_processor.process(req, s, out)
             if out.next_token_id is not None:

@@ -28,6 +28,8 @@ class ServerArgs:
         disable_radix_cache: use the no-op prefix cache.
         page_size: tokens per KV page in the prefix cache (1 = token granular).
         random_seed: seeds unseeded sampling.
+        enable_overlap_schedule: launch decode step k+1 before processing step k's results
+            (hides host work behind the GPU; outputs unchanged).
         disable_cuda_graph: run decode eagerly on CUDA (graphs are captured by default).
         cuda_graph_max_bs: largest decode batch replayed from a CUDA graph.
         skip_tokenizer_init: load no tokenizer (e.g. a config-only dummy model); requests must
@@ -53,6 +55,7 @@ class ServerArgs:
     enable_jump_forward: bool = False
     grammar_compile_timeout_s: float = 30.0
     log_level: str = "warning"
+    enable_overlap_schedule: bool = False
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 256
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)

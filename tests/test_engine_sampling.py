@@ -229,3 +229,26 @@ def test_failed_step_aborts_requests_and_frees_kv(tiny_llama):
         assert e.flush_cache()
         info = e.get_server_info()
         assert info["kv_available_tokens"] == info["max_total_num_tokens"]
+
+
+def test_overlap_schedule_matches_plain_engine(tiny_llama, engine):
+    """Stop strings, stop ids, seeds and lengths give the same outputs with overlap scheduling."""
+    seeded = {"max_new_tokens": 24, "temperature": 1.0, "seed": 5, "ignore_eos": True}
+    text = engine.generate(PROMPT, seeded)["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    cases = [
+        (PROMPT, GREEDY),
+        (PROMPT, seeded),
+        (PROMPT, {**seeded, "stop": [stop]}),
+        ("import os", {**GREEDY, "max_new_tokens": 3}),
+        ("class A:", {**GREEDY, "frequency_penalty": 1.0}),
+    ]
+    prompts, sps = [c[0] for c in cases], [c[1] for c in cases]
+    plain = engine.generate(prompts, sps)
+    with Engine(tiny_llama, device="cpu", max_total_tokens=4096, enable_overlap_schedule=True) as e:
+        overlapped = e.generate(prompts, sps)
+        alone = [e.generate(p, sp) for p, sp in cases]
+        assert e.flush_cache()
+    for a, b, c in zip(plain, overlapped, alone):
+        assert a["output_ids"] == b["output_ids"] == c["output_ids"]
+        assert a["text"] == b["text"] and a["meta_info"]["finish_reason"] == b["meta_info"]["finish_reason"]

@@ -36,7 +36,7 @@ def make_scheduler(path: str, **kw) -> Scheduler:
     kw.setdefault("max_total_tokens", 4096)
     args = ServerArgs(model_path=path, device="cpu", **kw)
     tok, eos = load_tokenizer(path, path)
-    return Scheduler(args, ModelRunner(args, path, eos), tok)
+    return Scheduler.create(args, ModelRunner(args, path, eos), tok)
 
 
 def make_req(sched: Scheduler, i: int, prompt: str, max_new: int = 20) -> Req:
@@ -73,6 +73,18 @@ def test_staggered_arrivals_with_small_chunks_match_alone(tiny_llama, alone, dis
     arrivals = [(i * 3) % 17 for i in range(len(reqs))]
     assert run(sched, reqs, arrivals) == alone
     assert sched.stats.num_prefill_batches > len(SNIPPETS)  # chunking really happened
+
+
+@pytest.mark.parametrize("max_total_tokens", [4096, 200])
+def test_overlap_schedule_keeps_outputs(tiny_llama, alone, max_total_tokens):
+    sched = make_scheduler(tiny_llama, enable_overlap_schedule=True, max_total_tokens=max_total_tokens)
+    reqs = [make_req(sched, i, p, max_new=20 - (i % 5)) for i, p in enumerate(SNIPPETS)]
+    arrivals = [(i * 5) % 23 for i in range(len(reqs))]
+    outs = run(sched, reqs, arrivals)
+    assert outs == [a[: 20 - (i % 5)] for i, a in enumerate(alone)]
+    assert sched.stats.num_decode_batches > 0
+    assert sched.flush_cache()
+    assert sched.allocator.available_size() == sched.allocator.size
 
 
 def test_retraction_keeps_outputs(tiny_llama, alone):

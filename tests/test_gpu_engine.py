@@ -49,3 +49,8 @@ def test_cuda_graph_padding_and_eager_fallback(tiny_llama):
     reference = _outputs(tiny_llama, force_torch=False, disable_cuda_graph=True)
     # max bs 4: batches of 6 run eagerly, batches of 3 replay the padded size-4 graph.
     assert _outputs(tiny_llama, force_torch=False, cuda_graph_max_bs=4) == reference
+
+
+def test_overlap_schedule_matches_on_gpu(tiny_llama):
+    reference = _outputs(tiny_llama, force_torch=False)
+    assert _outputs(tiny_llama, force_torch=False, enable_overlap_schedule=True) == reference

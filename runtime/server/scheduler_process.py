@@ -35,7 +35,7 @@ class SchedulerServer:
         self.tokenizer, eos_ids = load_tokenizer(args.tokenizer_path or args.model_path, args.model_path)
         # NOTE: the server always has a tokenizer (ServerConfig rejects skip_tokenizer_init)
         self.runner = ModelRunner(args, args.model_path, eos_ids)
-        self.scheduler = Scheduler(args, self.runner, self.tokenizer)
+        self.scheduler = Scheduler.create(args, self.runner, self.tokenizer)
         ctx = zmq.Context()
         self.recv_sock = ctx.socket(zmq.PULL)
         self.recv_sock.bind(paths.scheduler_in)

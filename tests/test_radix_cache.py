@@ -1,0 +1,423 @@
+"""RadixCache: hypothesis state machine against a plain reference model, plus request helpers.
+
+The reference keeps every cached page as ``prefix tuple (ending with that page) -> page's slots``
+with an access tick and a lock count; the tree must agree with it after every step.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from radixlm.radix import (
+    ChunkCache,
+    MatchResult,
+    NoOpPrefixCache,
+    PrefixCache,
+    RadixCache,
+    TreeNode,
+)
+from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlm.runtime.request import Req
+
+POOL = 1024
+
+
+class RadixMachine(RuleBasedStateMachine):
+    page = 1
+    max_len = 12
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alloc = TokenToKVPoolAllocator(POOL)
+        self.rows = ReqToTokenPool(2, 64)
+        self.cache = RadixCache(self.alloc, page_size=self.page, req_to_token_pool=self.rows)
+        self.slot: dict[tuple, tuple] = {}  # cached prefix (whole pages) -> its last page's slots
+        self.time: dict[tuple, int] = {}  # cached prefix -> last access tick
+        self.locks: dict[tuple, int] = {}  # cached prefix -> lock count
+        self.held: list[tuple[TreeNode, tuple]] = []  # (locked node, matched prefix)
+        self.seen: list[list[int]] = []
+        self.clock = 0
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def draw_seq(self, data) -> list[int]:
+        fresh = st.lists(st.integers(0, 2), max_size=self.max_len)
+        if self.seen and data.draw(st.booleans()):
+            base = data.draw(st.sampled_from(self.seen))
+            cut = data.draw(st.integers(0, len(base)))
+            seq = base[:cut] + data.draw(st.lists(st.integers(0, 2), max_size=4))
+        else:
+            seq = data.draw(fresh)
+        self.seen.append(seq)
+        return seq
+
+    def aligned(self, seq: list[int]) -> int:
+        return len(seq) - len(seq) % self.page
+
+    def ref_match(self, seq: list[int]) -> int:
+        k = 0
+        while k + self.page <= len(seq) and tuple(seq[: k + self.page]) in self.slot:
+            k += self.page
+        return k
+
+    def pages(self, k: int) -> range:
+        """Ends of the whole pages of a k-token prefix."""
+        return range(self.page, k + 1, self.page)
+
+    def touch(self, seq: list[int], k: int) -> None:
+        self.clock += 1
+        for j in self.pages(k):
+            self.time[tuple(seq[:j])] = self.clock
+
+    def check_match(self, seq: list[int]) -> MatchResult:
+        res = self.cache.match_prefix(seq)
+        k = self.ref_match(seq)
+        assert res.indices.dtype == torch.int64
+        assert res.indices.tolist() == [s for j in self.pages(k) for s in self.slot[tuple(seq[:j])]]
+        assert res.last_node.path_token_ids() == seq[:k]
+        self.touch(seq, k)
+        return res
+
+    # ---- rules -------------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def insert(self, data) -> None:
+        seq = self.draw_seq(data)
+        idx = self.alloc.alloc(len(seq))
+        n = self.cache.insert(seq, idx)
+        assert n == self.ref_match(seq)
+        end = self.aligned(seq)
+        for j in self.pages(end)[n // self.page :]:
+            self.slot[tuple(seq[:j])] = tuple(idx[j - self.page : j].tolist())
+            self.locks[tuple(seq[:j])] = 0
+        self.touch(seq, end)
+        self.alloc.free(torch.cat([idx[:n], idx[end:]]))
+
+    @rule(data=st.data())
+    def match(self, data) -> None:
+        self.check_match(self.draw_seq(data))
+
+    @rule(data=st.data())
+    def lock(self, data) -> None:
+        seq = self.draw_seq(data)
+        res = self.check_match(seq)
+        self.cache.inc_lock_ref(res.last_node)
+        k = res.indices.numel()
+        for j in self.pages(k):
+            self.locks[tuple(seq[:j])] += 1
+        self.held.append((res.last_node, tuple(seq[:k])))
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def unlock(self, data) -> None:
+        node, prefix = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        self.cache.dec_lock_ref(node)
+        for j in self.pages(len(prefix)):
+            self.locks[prefix[:j]] -= 1
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def finish_request(self, data) -> None:
+        """A request that locked a match computes more tokens, then cache_finished_req."""
+        node, prefix = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        seq = list(prefix) + data.draw(st.lists(st.integers(0, 2), max_size=6))
+        self.seen.append(seq)
+        p = len(prefix)
+        cached = [s for j in self.pages(p) for s in self.slot[prefix[:j]]]
+        kv = torch.cat([torch.tensor(cached, dtype=torch.int64), self.alloc.alloc(len(seq) - p)])
+        row = self.rows.alloc()
+        self.rows.write(row, 0, kv)
+        req = Req(rid="r", origin_input_ids=seq, sampling_params=None, kv_len=len(seq))
+        req.req_pool_idx, req.prefix_indices, req.last_node = row, kv[:p], node
+        n = self.ref_match(seq)
+        self.cache.cache_finished_req(req)
+        assert req.req_pool_idx is None and req.last_node is None
+        end = self.aligned(seq)
+        for j in self.pages(end)[n // self.page :]:
+            self.slot[tuple(seq[:j])] = tuple(kv[j - self.page : j].tolist())
+            self.locks[tuple(seq[:j])] = 0
+        self.touch(seq, end)
+        for j in self.pages(p):
+            self.locks[prefix[:j]] -= 1
+
+    @rule(num=st.integers(0, 10))
+    def evict(self, num: int) -> None:
+        evictable = self.cache.evictable_size()
+        free_before = set(self.alloc.free_slots().tolist())
+        freed = self.cache.evict(num)
+        newly_free = set(self.alloc.free_slots().tolist()) - free_before
+        assert freed == len(newly_free)
+        assert freed >= min(num, evictable)
+        gone = [p for p, s in self.slot.items() if s[0] in newly_free]
+        assert len(gone) * self.page == freed
+        assert all(set(self.slot[p]) <= newly_free for p in gone), "page partly evicted"
+        assert all(self.locks[p] == 0 for p in gone), "a locked token was evicted"
+        for p in gone:
+            del self.slot[p]
+        page = self.page
+        assert all(p[:-page] in self.slot for p in self.slot if len(p) > page), "evicted a non-leaf"
+        # LRU: nothing evicted is newer than any remaining unlocked leaf.
+        has_child = {p[:-page] for p in self.slot}
+        leaves = [self.time[p] for p in self.slot if p not in has_child and self.locks[p] == 0]
+        if gone and leaves:
+            assert max(self.time[p] for p in gone) <= min(leaves)
+        for p in gone:
+            del self.time[p], self.locks[p]
+
+    @precondition(lambda self: not self.held)
+    @rule()
+    def reset(self) -> None:
+        self.cache.reset()
+        self.slot.clear(), self.time.clear(), self.locks.clear()
+        assert self.alloc.available_size() == POOL
+
+    # ---- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def consistent(self) -> None:
+        assert self.cache.check_integrity() == []
+        locked = sum(1 for c in self.locks.values() if c)
+        assert self.cache.protected_size() == locked * self.page
+        assert self.cache.evictable_size() == (len(self.slot) - locked) * self.page
+        assert self.alloc.available_size() + self.cache.total_size() == POOL
+        assert self.rows.available_size() == self.rows.size
+        # Tree content == reference; access ticks uniform within a node and order-consistent.
+        tree: dict[tuple, int] = {}
+        pairs = []
+        stack = [((), self.cache.root_node)]
+        while stack:
+            prefix, node = stack.pop()
+            ticks = set()
+            slots = node.value.tolist()
+            for j in range(0, len(node.key), self.page):
+                prefix = prefix + tuple(node.key[j : j + self.page])
+                tree[prefix] = tuple(slots[j : j + self.page])
+                ticks.add(self.time[prefix])
+            assert len(ticks) <= 1, "tokens of one node accessed at different times"
+            if ticks:
+                pairs.append((node.last_access_time, ticks.pop()))
+            stack.extend((prefix, c) for c in node.children.values())
+        assert tree == self.slot
+        pairs.sort()
+        for (t1, r1), (t2, r2) in zip(pairs, pairs[1:]):
+            assert (t1 < t2) == (r1 < r2) and (t1 == t2) == (r1 == r2), "LRU clock disagrees"
+
+
+class PagedRadixMachine(RadixMachine):
+    page = 4
+    max_len = 16
+
+
+_settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+TestRadixMachine = RadixMachine.TestCase
+TestRadixMachine.settings = _settings
+TestPagedRadixMachine = PagedRadixMachine.TestCase
+TestPagedRadixMachine.settings = _settings
+
+
+# ---- unit tests: match / insert edge cases ---------------------------------------------------
+
+
+def test_empty_tree_match() -> None:
+    cache = RadixCache(TokenToKVPoolAllocator(8))
+    res = cache.match_prefix([1, 2, 3])
+    assert isinstance(res, MatchResult) and res.indices.numel() == 0
+    assert res.last_node is cache.root_node
+    assert isinstance(cache, PrefixCache) and ChunkCache is NoOpPrefixCache
+
+
+def test_split_keeps_locked_node_meaning() -> None:
+    alloc = TokenToKVPoolAllocator(32)
+    cache = RadixCache(alloc)
+    cache.insert(list(range(10)), alloc.alloc(10))
+    node = cache.match_prefix(list(range(10))).last_node
+    cache.inc_lock_ref(node)
+    mid = cache.match_prefix([0, 1, 2, 3, 99]).last_node  # splits the locked edge
+    assert mid.path_token_ids() == [0, 1, 2, 3] and node.path_token_ids() == list(range(10))
+    assert cache.protected_size() == 10 and cache.evict(100) == 0
+    cache.dec_lock_ref(node)
+    assert cache.evict(1) == 6 and cache.evictable_size() == 4  # the leaf part only
+    assert cache.check_integrity() == []
+
+
+def test_paged_insert_and_match_whole_pages() -> None:
+    alloc = TokenToKVPoolAllocator(64)
+    cache = RadixCache(alloc, page_size=4)
+    idx = alloc.alloc(10)
+    assert cache.insert(list(range(10)), idx) == 0
+    alloc.free(idx[8:])
+    assert cache.total_size() == 8
+    assert cache.match_prefix(list(range(7))).indices.tolist() == idx[:4].tolist()
+    assert cache.match_prefix([0, 1, 2, 3, 4, 5, 9, 9]).indices.numel() == 4  # partial page
+    assert cache.check_integrity() == []
+
+
+def leaf_paths(cache: RadixCache) -> set[tuple]:
+    """Cached sequences (root-to-leaf paths), read without touching access times."""
+    out, stack = set(), [cache.root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if not node.children and node is not cache.root_node:
+            out.add(tuple(node.path_token_ids()))
+    return out
+
+
+def test_evict_lru_order_and_cascade() -> None:
+    alloc = TokenToKVPoolAllocator(64)
+    cache = RadixCache(alloc)
+    for seq in ([1, 2, 3], [1, 2, 4], [5, 6]):
+        idx = alloc.alloc(len(seq))
+        n = cache.insert(seq, idx)
+        alloc.free(idx[:n])
+    cache.match_prefix([5, 6])  # [5, 6] is now the most recent, [1, 2, 3] the least
+    assert cache.evict(1) == 1
+    assert leaf_paths(cache) == {(1, 2, 4), (5, 6)}
+    assert cache.evict(2) == 3  # leaf [4], then its parent [1, 2] (now a leaf, older than [5, 6])
+    assert leaf_paths(cache) == {(5, 6)}
+    assert cache.evict(10) == 2 and cache.total_size() == 0
+    assert alloc.available_size() == 64 and cache.check_integrity() == []
+
+
+def test_check_integrity_reports_leaks_and_double_ownership() -> None:
+    alloc = TokenToKVPoolAllocator(16)
+    cache = RadixCache(alloc)
+    idx = alloc.alloc(4)
+    cache.insert([1, 2, 3, 4], idx)
+    assert cache.check_integrity() == []
+    leaked = alloc.alloc(2)
+    assert any("pool accounting" in e for e in cache.check_integrity())
+    assert cache.check_integrity(held=leaked) == []
+    alloc.free(torch.cat([leaked, idx[:1]]))  # idx[0] is now free AND cached
+    errors = cache.check_integrity()
+    assert any("owned twice" in e for e in errors) and any("pool accounting" in e for e in errors)
+
+
+# ---- unit tests: request helpers with real pools ---------------------------------------------
+
+
+class Pools:
+    def __init__(self, cache_cls=RadixCache, page_size: int = 1, size: int = 256) -> None:
+        self.alloc = TokenToKVPoolAllocator(size)
+        self.rows = ReqToTokenPool(4, 128)
+        self.cache = cache_cls(self.alloc, page_size=page_size, req_to_token_pool=self.rows)
+        self.size = size
+
+    def admit(self, req: Req, upto: int) -> None:
+        """Scheduler-like admission: match, lock, take a row, prefill ``upto`` tokens."""
+        idx, node = self.cache.match_prefix(req.all_ids[: len(req.origin_input_ids) - 1])
+        self.cache.inc_lock_ref(node)
+        req.prefix_indices, req.last_node = idx, node
+        req.cached_tokens += idx.numel()
+        req.req_pool_idx = self.rows.alloc()
+        self.rows.write(req.req_pool_idx, 0, idx)
+        req.kv_len = idx.numel()
+        self.extend(req, upto - req.kv_len)
+
+    def extend(self, req: Req, n: int) -> None:
+        """Compute KV for the next ``n`` tokens (a prefill chunk or decode steps)."""
+        new = self.alloc.alloc(n)
+        self.rows.write(req.req_pool_idx, req.kv_len, new)
+        req.kv_len += n
+
+    def decode(self, req: Req, tokens: list[int]) -> None:
+        """Sample ``tokens`` one by one; each step computes the KV of the previous token."""
+        for t in tokens:
+            if req.kv_len < len(req.all_ids):
+                self.extend(req, 1)
+            req.output_ids.append(t)
+
+    def idle_ok(self) -> None:
+        assert self.cache.check_integrity() == []
+        assert self.rows.available_size() == self.rows.size
+        self.cache.reset()
+        assert self.alloc.available_size() == self.size
+
+
+def make_req(prompt: list[int], max_new_tokens: int = 8) -> Req:
+    params = SimpleNamespace(max_new_tokens=max_new_tokens)
+    return Req(rid=str(prompt[:4]), origin_input_ids=prompt, sampling_params=params)
+
+
+def row_of(p: Pools, req: Req) -> list[int]:
+    return p.rows.read(req.req_pool_idx, req.kv_len).tolist()
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_cache_finished_req_reuse_and_no_leak(page: int) -> None:
+    p = Pools(page_size=page)
+    a = make_req(list(range(100, 130)))
+    p.admit(a, 30)
+    p.decode(a, [7, 8, 9])  # KV for 32 of the 33 tokens (the last output has none yet)
+    assert a.kv_len == 32
+    p.cache.cache_finished_req(a)
+    assert a.req_pool_idx is None and a.last_node is None and a.prefix_indices.numel() == 0
+    assert p.cache.total_size() == 32 - 32 % page and p.cache.protected_size() == 0
+    assert p.cache.check_integrity() == []
+    b = make_req(list(range(100, 130)) + [7, 8, 50, 51])
+    p.admit(b, 34)
+    assert b.cached_tokens == 32 - 32 % page
+    p.cache.cache_finished_req(b)
+    p.idle_ok()
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_concurrent_duplicates_are_freed(page: int) -> None:
+    p = Pools(page_size=page)
+    a, b = make_req(list(range(50))), make_req(list(range(50)))
+    p.admit(a, 50), p.admit(b, 50)  # both miss: two copies of the same KV
+    p.cache.cache_finished_req(a)
+    p.cache.cache_finished_req(b)
+    assert p.cache.total_size() == 50 - 50 % page
+    p.idle_ok()
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_cache_unfinished_req_chunked_prefill(page: int) -> None:
+    p = Pools(page_size=page)
+    prompt = list(range(200, 240))
+    a, b = make_req(prompt), make_req(prompt)
+    p.admit(a, 10), p.admit(b, 10)  # first chunk of both, duplicated
+    p.cache.cache_unfinished_req(a)
+    p.cache.cache_unfinished_req(b)
+    aligned = 10 - 10 % page
+    for req in (a, b):
+        assert req.prefix_indices.numel() == aligned
+        assert row_of(p, req)[:aligned] == req.prefix_indices.tolist()
+        assert req.last_node.path_token_ids() == prompt[:aligned]
+    assert row_of(p, a)[:aligned] == row_of(p, b)[:aligned]  # b now shares a's slots
+    assert p.cache.protected_size() == aligned and p.cache.evict(1000) == 0
+    held = torch.cat([p.rows.read(r.req_pool_idx, r.kv_len, aligned) for r in (a, b)])
+    assert p.cache.check_integrity(held=held) == []  # tails stay with the requests
+    for req in (a, b):
+        p.extend(req, 39 - req.kv_len)
+        p.cache.cache_unfinished_req(req)
+        p.decode(req, [1, 2])
+    p.cache.cache_finished_req(a)
+    p.cache.cache_finished_req(b)
+    assert p.cache.protected_size() == 0
+    p.idle_ok()
+
+
+def test_noop_cache_frees_everything() -> None:
+    p = Pools(cache_cls=NoOpPrefixCache)
+    a = make_req(list(range(20)))
+    p.admit(a, 20)
+    assert a.cached_tokens == 0 and p.cache.match_prefix(list(range(20))).indices.numel() == 0
+    p.cache.cache_unfinished_req(a)
+    assert a.prefix_indices.numel() == 0 and p.cache.total_size() == 0
+    p.decode(a, [1, 2, 3])
+    p.cache.cache_finished_req(a)
+    assert p.cache.evict(10) == 0 and p.cache.disabled
+    p.idle_ok()
