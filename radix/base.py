@@ -80,7 +80,7 @@ class PrefixCache(abc.ABC):
 
     @abc.abstractmethod
     def inc_lock_ref(self, node: Any) -> int:
-        """Lock ``node`` and its ancestors (counts nest). Returns tokens moved evictable->protected."""
+        """Lock ``node`` and its ancestors (counts nest). Returns tokens moved to protected."""
 
     @abc.abstractmethod
     def dec_lock_ref(self, node: Any) -> int:
@@ -108,7 +108,7 @@ class PrefixCache(abc.ABC):
 
     @abc.abstractmethod
     def reset(self) -> None:
-        """Drop every entry and free its slots. Precondition: nothing is locked (no running request)."""
+        """Drop every entry and free its slots. Precondition: nothing is locked (no request)."""
 
     @abc.abstractmethod
     def check_integrity(self, held: torch.Tensor | None = None) -> list[str]:

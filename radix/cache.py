@@ -154,7 +154,9 @@ class RadixCache(PrefixCache):
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
         return self._insert(ids if n == len(ids) else ids[:n], indices, self._root)[0]
 
-    def _insert(self, ids: list[int], indices: torch.Tensor, node: TreeNode) -> tuple[int, TreeNode]:
+    def _insert(
+        self, ids: list[int], indices: torch.Tensor, node: TreeNode
+    ) -> tuple[int, TreeNode]:
         """Insert ``ids`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
         ``depth(node) + j`` and ``indices[j]`` its slot. Starting below a request's locked
         ``last_node`` spares comparing the prefix it matched.
@@ -207,7 +209,9 @@ class RadixCache(PrefixCache):
         values.reverse()
         return values
 
-    def _add_leaf(self, parent: TreeNode, key: list[int], value: torch.Tensor, now: int) -> TreeNode:
+    def _add_leaf(
+        self, parent: TreeNode, key: list[int], value: torch.Tensor, now: int
+    ) -> TreeNode:
         leaf = TreeNode(key, value, parent, now)
         parent.children[self._child_key(key, 0)] = leaf
         self._num_nodes += 1

@@ -77,7 +77,8 @@ def check_pool(
     """
     errors: list[str] = []
     free = allocator.free_slots()
-    held = torch.empty(0, dtype=torch.int64) if held is None else held.detach().cpu().long().flatten()
+    held = torch.empty(0, dtype=torch.int64) if held is None else held.detach().cpu().long()
+    held = held.flatten()
     size = allocator.size
     total = free.numel() + evictable + protected + held.numel()
     if total != size:
@@ -87,7 +88,8 @@ def check_pool(
         )
     owned = torch.cat([free, cached.detach().cpu().long(), held])
     if owned.numel() and (int(owned.min()) < 1 or int(owned.max()) > size):
-        errors.append(f"slot out of range 1..{size}: min {int(owned.min())}, max {int(owned.max())}")
+        lo, hi = int(owned.min()), int(owned.max())
+        errors.append(f"slot out of range 1..{size}: min {lo}, max {hi}")
         return errors
     counts = torch.bincount(owned, minlength=size + 1)
     dup = int((counts > 1).sum())

@@ -1,0 +1,217 @@
+"""Prefix-cache benchmarks (issue 3).
+
+Microbenchmark (CPU only, no model): a RadixCache holding ~10,000 nodes built from sequences that
+branch off each other at random points (chat histories / few-shot variants), then
+
+* match + insert of a 4,096-token sequence that shares a random-length prefix with the tree
+  (the scheduler's admission match plus the insert at finish; goal: median <= 100 us),
+* the same for a full hit (all 4,096 tokens cached) and a full miss (nothing cached),
+* match only of a 4,096-token full hit,
+* evict(4,096) from the ~10,000-node tree (the tree is refilled between runs, untimed).
+
+Token ids are fresh int objects (as from a tokenizer), slots come from a real
+``TokenToKVPoolAllocator`` (evict's single ``allocator.free`` call is part of its time).
+
+Usage:
+    python benchmarks/bench_radix.py [--nodes 10000] [--seq-len 4096] [--iters 400] [--seed 0]
+        [--out benchmarks/results/radix.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+from radixlm.radix import RadixCache
+from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlm.runtime.request import Req
+
+VOCAB = 32000
+
+
+def fresh(ids: list[int]) -> list[int]:
+    """Same values, new int objects (token ids from a tokenizer are never the tree's objects)."""
+    return array.array("l", ids).tolist()
+
+
+class TreeBuilder:
+    """Grows a tree by inserting sequences that branch off random earlier ones."""
+
+    def __init__(self, cache: RadixCache, alloc: TokenToKVPoolAllocator, rng: random.Random):
+        self.cache, self.alloc, self.rng = cache, alloc, rng
+        self.seqs: list[list[int]] = []
+
+    def random_ids(self, n: int) -> list[int]:
+        return [self.rng.randrange(VOCAB) for _ in range(n)]
+
+    def insert_one(self) -> None:
+        rng = self.rng
+        if len(self.seqs) < 64 or rng.random() < 0.02:
+            seq = self.random_ids(rng.randint(64, 1024))  # a new "system prompt"
+        else:
+            base = rng.choice(self.seqs)
+            seq = base[: rng.randint(1, len(base))] + self.random_ids(rng.randint(16, 256))
+        # NOTE: match first and allocate only the new part, as the scheduler does (freeing
+        # duplicates would copy the allocator's whole free list each time).
+        prefix = self.cache.match_prefix(fresh(seq)).indices
+        kv = torch.cat([prefix, self.alloc.alloc(len(seq) - prefix.numel())])
+        assert self.cache.insert(fresh(seq), kv) == prefix.numel()
+        self.seqs.append(seq)
+
+    def grow_to(self, nodes: int) -> int:
+        count = self.cache.num_nodes()
+        while count < nodes:
+            for _ in range(max(1, (nodes - count) // 2)):
+                self.insert_one()
+            count = self.cache.num_nodes()
+        return count
+
+
+def _stats(name: str, samples_ns: list[int]) -> dict:
+    us = sorted(s / 1e3 for s in samples_ns)
+    return {
+        "case": name,
+        "median_us": statistics.median(us),
+        "p90_us": us[int(0.9 * (len(us) - 1))],
+        "n": len(us),
+    }
+
+
+def run_micro(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    rng = random.Random(args.seed)
+    pool = 2_000_000 + 3 * args.iters * args.seq_len
+    alloc = TokenToKVPoolAllocator(pool)
+    cache = RadixCache(alloc)
+    builder = TreeBuilder(cache, alloc, rng)
+    t0 = time.perf_counter()
+    nodes = builder.grow_to(args.nodes)
+    info = {"nodes": nodes, "tokens": cache.total_size(), "build_s": time.perf_counter() - t0}
+    gc.collect()
+    gc.freeze()  # NOTE: as a long-running server would; keeps GC passes off the big tree
+    L = args.seq_len
+    clock = time.perf_counter_ns
+
+    def timed_match_insert(query: list[int]) -> int:
+        kv = alloc.alloc(L)
+        t = clock()
+        cache.match_prefix(query)
+        n = cache.insert(query, kv)
+        dt = clock() - t
+        alloc.free(kv[:n])
+        return dt
+
+    rows_pool = ReqToTokenPool(1, L)
+    cache.req_to_token_pool = rows_pool
+
+    def timed_request(query: list[int]) -> int:
+        """Admission match + lock, then cache_finished_req (KV of the new part computed)."""
+        req = Req(rid="bench", origin_input_ids=query[:-1], sampling_params=None)
+        req.output_ids = query[-1:]
+        t = clock()
+        req.prefix_indices, req.last_node = cache.match_prefix(query)
+        cache.inc_lock_ref(req.last_node)
+        dt = clock() - t
+        req.req_pool_idx = rows_pool.alloc()
+        p = req.prefix_indices.numel()
+        rows_pool.write(req.req_pool_idx, 0, req.prefix_indices)
+        rows_pool.write(req.req_pool_idx, p, alloc.alloc(L - p))
+        req.kv_len = L
+        t = clock()
+        cache.cache_finished_req(req)
+        return dt + clock() - t
+
+    partial, full, miss, match_only, sched = [], [], [], [], []
+    for _ in range(args.iters):
+        base = rng.choice(builder.seqs)
+        cut = rng.randint(0, min(len(base), L))
+        seq = base[:cut] + builder.random_ids(L - cut)
+        partial.append(timed_match_insert(fresh(seq)))
+        full.append(timed_match_insert(fresh(seq)))  # now all L tokens are cached
+        query = fresh(seq)
+        t = clock()
+        cache.match_prefix(query)
+        match_only.append(clock() - t)
+        miss.append(timed_match_insert(builder.random_ids(L)))
+        base = rng.choice(builder.seqs)
+        cut = rng.randint(0, min(len(base), L))
+        sched.append(timed_request(fresh(base[:cut] + builder.random_ids(L - cut))))
+    rows = [
+        _stats(f"match + insert, {L} tokens, random shared prefix", partial),
+        _stats(f"scheduler path (match, lock, cache_finished_req), {L} tokens, random shared"
+               " prefix", sched),
+        _stats(f"match + insert, {L} tokens, full hit", full),
+        _stats(f"match + insert, {L} tokens, full miss", miss),
+        _stats(f"match only, {L} tokens, full hit", match_only),
+    ]
+    info["nodes_after_match_insert"] = cache.num_nodes()
+
+    evict_ns = []
+    for _ in range(max(1, args.iters // 4)):
+        builder.grow_to(args.nodes)
+        gc.collect()
+        # NOTE: eviction runs when the pool is (nearly) full: keep the free list short.
+        hold = alloc.alloc(max(0, alloc.available_size() - args.free_at_evict))
+        t = clock()
+        freed = cache.evict(L)
+        evict_ns.append(clock() - t)
+        alloc.free(hold)
+        assert freed >= L
+    rows.append(_stats(f"evict({L}) from ~{args.nodes} nodes", evict_ns))
+    errors = cache.check_integrity()
+    if errors:
+        raise SystemExit(f"integrity check failed after the benchmark: {errors}")
+    gc.unfreeze()
+    return rows, info
+
+
+def format_micro(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
+    lines = [
+        "## Prefix cache microbenchmark",
+        "",
+        f"Command: `python benchmarks/bench_radix.py --nodes {args.nodes} --seq-len {args.seq_len}"
+        f" --iters {args.iters} --seed {args.seed} --free-at-evict {args.free_at_evict}`",
+        f"Host: {platform.processor() or platform.machine()}, Python {platform.python_version()},"
+        f" torch {torch.__version__}. Tree: {info['nodes']} nodes, {info['tokens']} tokens"
+        f" (built in {info['build_s']:.1f} s; {info['nodes_after_match_insert']} nodes after the"
+        " match/insert runs).",
+        "",
+        "| case | median (us) | p90 (us) | runs |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {r['n']} |")
+    goal = rows[0]["median_us"]
+    lines += ["", f"Goal match + insert median <= 100 us: {'met' if goal <= 100 else 'NOT met'}"
+              f" ({goal:.1f} us, random shared prefix)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=10_000, help="tree size for the microbenchmark")
+    ap.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
+    ap.add_argument("--iters", type=int, default=400, help="timed runs per case")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--free-at-evict", type=int, default=8192,
+                    help="free slots left in the pool when evict runs (its free() copies them)")
+    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    report = format_micro(*run_micro(args), args)
+    # NOTE: the engine workload (issue 3, benchmark part 2) adds its sections to `report` here.
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
