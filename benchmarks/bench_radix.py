@@ -23,6 +23,7 @@ import argparse
 import array
 import gc
 import platform
+import os
 import random
 import statistics
 import sys
@@ -203,10 +204,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--free-at-evict", type=int, default=8192,
                     help="free slots left in the pool when evict runs (its free() copies them)")
     ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    ap.add_argument("--skip-workload", action="store_true", help="only the microbenchmark")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     report = format_micro(*run_micro(args), args)
-    # NOTE: the engine workload (issue 3, benchmark part 2) adds its sections to `report` here.
+    if not args.skip_workload:  # issue 3, benchmark part 2: the engine on the CPU tiny model
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_radix_workload import workload_report
+
+        report += "\n" + workload_report()
     print(report)
     if args.out:
         with open(args.out, "w") as f:

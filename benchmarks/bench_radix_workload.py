@@ -40,6 +40,37 @@ def run(path: str | None, prompts, output_len: int, device: str, **server_args) 
     return len(prompts) * output_len / dt, hit
 
 
+def workload_report(model_path: str | None = None, device: str = "cpu", num_requests: int = 64,
+                    system_len: int = 1024, question_len: int = 64, output_len: int = 32) -> str:
+    """Run the five configurations and return the markdown table."""
+    vocab = 2000
+    shared = workload(num_requests, system_len, question_len, vocab, shared=True)
+    distinct = workload(num_requests, system_len, question_len, vocab, shared=False)
+    optimum = (num_requests - 1) * system_len / sum(len(p) for p in shared)
+    rows = []
+    for name, prompts, kw in [
+        ("shared prefix, cache off", shared, {"disable_radix_cache": True}),
+        ("shared prefix, cache on (lpm)", shared, {"schedule_policy": "lpm"}),
+        ("shared prefix, cache on (fcfs)", shared, {"schedule_policy": "fcfs"}),
+        ("distinct prompts, cache off", distinct, {"disable_radix_cache": True}),
+        ("distinct prompts, cache on (lpm)", distinct, {"schedule_policy": "lpm"}),
+    ]:
+        tput, hit = run(model_path, prompts, output_len, device, **kw)
+        rows.append((name, tput, hit))
+    lines = [
+        f"## Engine workload ({device}): {num_requests} requests, {system_len}-token system prompt + "
+        f"{question_len}-token question, {output_len}-token answer; optimum hit rate {optimum:.1%}",
+        "",
+        "| configuration | output tok/s | hit rate | vs cache off |",
+        "|---|---|---|---|",
+    ]
+    base = {"shared": rows[0][1], "distinct": rows[3][1]}
+    for name, tput, hit in rows:
+        ref = base["shared" if name.startswith("shared") else "distinct"]
+        lines.append(f"| {name} | {tput:,.1f} | {hit:.1%} | {tput / ref:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-path", default=None)
@@ -49,28 +80,8 @@ def main() -> None:
     ap.add_argument("--question-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
     args = ap.parse_args()
-    vocab = 2000
-    shared = workload(args.num_requests, args.system_len, args.question_len, vocab, shared=True)
-    distinct = workload(args.num_requests, args.system_len, args.question_len, vocab, shared=False)
-    optimum = (args.num_requests - 1) * args.system_len / sum(len(p) for p in shared)
-    rows = []
-    for name, prompts, kw in [
-        ("shared prefix, cache off", shared, {"disable_radix_cache": True}),
-        ("shared prefix, cache on (lpm)", shared, {"schedule_policy": "lpm"}),
-        ("shared prefix, cache on (fcfs)", shared, {"schedule_policy": "fcfs"}),
-        ("distinct prompts, cache off", distinct, {"disable_radix_cache": True}),
-        ("distinct prompts, cache on (lpm)", distinct, {"schedule_policy": "lpm"}),
-    ]:
-        tput, hit = run(args.model_path, prompts, args.output_len, args.device, **kw)
-        rows.append((name, tput, hit))
-    print(f"{args.num_requests} requests: {args.system_len}-token system prompt + {args.question_len}-token "
-          f"question, {args.output_len}-token answer; optimum hit rate {optimum:.1%}")
-    print("| configuration | output tok/s | hit rate | vs cache off |")
-    print("|---|---|---|---|")
-    base = {"shared": rows[0][1], "distinct": rows[3][1]}
-    for name, tput, hit in rows:
-        ref = base["shared" if name.startswith("shared") else "distinct"]
-        print(f"| {name} | {tput:,.1f} | {hit:.1%} | {tput / ref:.2f}x |")
+    print(workload_report(args.model_path, args.device, args.num_requests, args.system_len,
+                          args.question_len, args.output_len))
 
 
 if __name__ == "__main__":
