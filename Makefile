@@ -13,7 +13,7 @@ $(PY):
 	$(PIP) install -q --upgrade pip setuptools wheel
 
 $(STAMP): $(PY) pyproject.toml
-	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) freeze | grep -i '^torch==' > $(VENV)/constraints.txt
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[test]"
 	touch $(STAMP)

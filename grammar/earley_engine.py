@@ -12,17 +12,14 @@ the trie below the boundary nodes with the threads the boundary spawns, vectoriz
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from radixlm.grammar.ast import Node
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.token_index import DfaIndex, RegionCache, dense_walk, pack_tokens, WIDE
+from radixlm.grammar.token_index import DfaIndex, RegionCache, pack_tokens, walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
-from radixlm.grammar.trie import expand
 
 Thread = tuple[int, int, int]
 
@@ -55,10 +52,9 @@ class EarleyEngine:
         self.terms = cfg.terminals
         self.rows = [t.rows for t in self.terms]
         self.accept = [t.accept for t in self.terms]
-        self.index = [DfaIndex(t.trans, self.trie, self.words, regions) for t in self.terms]
+        self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
-        self._boundary: dict[tuple[int, int], np.ndarray] = {}
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:
             raise GrammarError("the grammar accepts no string")
@@ -114,28 +110,12 @@ class EarleyEngine:
 
     # --- masks ---------------------------------------------------------------------------------
 
-    def _root_boundary(self, t: int, q: int) -> np.ndarray:
-        """Trie nodes at which terminal ``t``, from state ``q``, can end."""
-        key = (t, q)
-        got = self._boundary.get(key)
-        if got is None:
-            term = self.terms[t]
-            if self.index[t].n_live[q] >= WIDE:
-                st = dense_walk(term.trans, self.trie, q)
-                got = np.nonzero(term.accept[st] & (st != 0))[0]
-                got = got[got != 0]
-            else:
-                nodes, states = _walk_states(term.trans, self.trie, np.zeros(1, np.int64), np.asarray([q]))
-                got = nodes[term.accept[states]]
-            self._boundary[key] = got
-        return got
-
     def mask(self, state: EarleyState) -> np.ndarray:
         out = np.zeros(self.words, dtype=np.int32)
         crossing: list[np.ndarray] = []
         for col, t, q in state.threads:
             out |= self.index[t].mask(q)
-            nodes = self._root_boundary(t, q)
+            nodes = self.index[t].boundary(q)
             if nodes.size:
                 more, _ = self.spawn(col, t)
                 if more:
@@ -152,7 +132,7 @@ class EarleyEngine:
             return
         for col, t, q in threads:
             term = self.terms[t]
-            found, states = _walk_states(term.trans, self.trie, nodes, np.full(nodes.size, q))
+            _, found, states = walk_from(term.trans, self.trie, nodes, np.full(nodes.size, q))
             if not found.size:
                 continue
             out.append(found)
@@ -180,24 +160,3 @@ class EarleyEngine:
             out.append(b)
             state = nxt
         return bytes(out)
-
-
-def _walk_states(trans: np.ndarray, trie: Any, nodes: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sparse walk below ``nodes``: every live descendant and its DFA state."""
-    flat = trans.reshape(-1)
-    node = nodes.astype(np.int64)
-    st = states.astype(np.int64)
-    out_n, out_s = [], []
-    while node.size:
-        kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
-        if kids.size == 0:
-            break
-        nst = flat[st[owner] * 256 + trie.node_byte[kids]]
-        live = nst != 0
-        node, st = kids[live], nst[live].astype(np.int64)
-        out_n.append(node)
-        out_s.append(st)
-    if not out_n:
-        z = np.zeros(0, np.int64)
-        return z, z
-    return np.concatenate(out_n), np.concatenate(out_s)

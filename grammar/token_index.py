@@ -23,22 +23,23 @@ import numpy as np
 
 from radixlm.grammar.trie import TokenTrie, expand
 
-REGION_CYCLE = 6  # cycles up to this many bytes (a \uXXXX escape) stay inside a loop region
-WIDE = 24  # states with at least this many live bytes use the region / dense paths
+REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
+WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
+DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
 
 
 def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray,
-              src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sparse walk below ``nodes`` (each in DFA state ``states``) through the subtrees.
 
-    Returns ``(src, node)`` for every live descendant (``src``: index of its start pair, or the
-    given ``src`` values); the start nodes themselves are not included.
+    Returns ``(src, node, state)`` for every live descendant (``src``: index of its start pair, or
+    the given ``src`` values); the start nodes themselves are not included.
     """
     flat = trans.reshape(-1)
     src = np.arange(nodes.size, dtype=np.int64) if src is None else src.astype(np.int64)
     node = nodes.astype(np.int64)
     st = states.astype(np.int64)
-    out_src, out_node = [], []
+    out_src, out_node, out_st = [], [], []
     while src.size:
         kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
         if kids.size == 0:
@@ -48,10 +49,11 @@ def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.
         src, node, st = src[owner[live]], kids[live], nst[live].astype(np.int64)
         out_src.append(src)
         out_node.append(node)
+        out_st.append(st)
     if not out_src:
         z = np.zeros(0, np.int64)
-        return z, z
-    return np.concatenate(out_src), np.concatenate(out_node)
+        return z, z, z
+    return np.concatenate(out_src), np.concatenate(out_node), np.concatenate(out_st)
 
 
 def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
@@ -73,11 +75,33 @@ def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
 
 def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     """int32 ``[words]`` bitmask with the given token ids (and their byte-duplicates) set."""
+    if tokens.size < 2048:
+        tokens = np.unique(tokens)
+        return pack_pairs(np.zeros(tokens.size, np.int64), tokens, trie, 1, words)[0]
     allowed = np.zeros(words * 32, dtype=bool)
     allowed[tokens] = True
     if trie.dup_token.size:
         allowed[trie.dup_token] |= allowed[trie.dup_of]
     return np.packbits(allowed, bitorder="little").view(np.int32)
+
+
+def pack_pairs(src: np.ndarray, tokens: np.ndarray, trie: TokenTrie, rows: int, words: int) -> np.ndarray:
+    """int32 ``[rows, words]`` masks from *distinct* ``(row, token)`` pairs (byte-duplicates added;
+    a repeated pair would carry into the next bit)."""
+    if trie.dup_src.size and tokens.size:
+        hit = np.searchsorted(trie.dup_src, tokens)
+        lo = hit
+        hi = np.searchsorted(trie.dup_src, tokens, side="right")
+        cnt = hi - lo
+        if cnt.any():
+            extra_idx, owner = expand(lo, cnt)
+            src = np.concatenate([src, src[owner]])
+            tokens = np.concatenate([tokens, trie.dup_dst[extra_idx]])
+    tokens = tokens.astype(np.int64)
+    flat = src.astype(np.int64) * words + (tokens >> 5)
+    bits = np.left_shift(1, tokens & 31).astype(np.float64)
+    out = np.bincount(flat, weights=bits, minlength=rows * words)
+    return out.astype(np.uint32).view(np.int32).reshape(rows, words)
 
 
 @dataclass
@@ -87,6 +111,7 @@ class RegionEntry:
     internal: np.ndarray  # int32 [words]: tokens that end inside the region
     exit_nodes: np.ndarray  # trie nodes whose last byte leaves the region
     exit_from: np.ndarray  # canonical region state before that byte
+    accept_nodes: np.ndarray  # nodes ending in an accepting region state (if accept was given)
 
 
 class RegionCache:
@@ -117,14 +142,18 @@ class DfaIndex:
     Masks exclude stop tokens (the matcher adds them in accepting states).
     """
 
-    def __init__(self, trans: np.ndarray, trie: TokenTrie, words: int, regions: RegionCache) -> None:
+    def __init__(self, trans: np.ndarray, trie: TokenTrie, words: int, regions: RegionCache,
+                 accept: np.ndarray | None = None) -> None:
         self.trans = trans
+        self.accept = accept  # given: also track boundary nodes (where the DFA accepts)
+        self.bounds: dict[int, np.ndarray] = {}
         self.trie = trie
         self.words = words
         self.regions = regions
         self.masks: dict[int, np.ndarray] = {}
         live = trans != 0
         self.n_live = live.sum(axis=1)
+        self.cost = live.astype(np.int64) @ trie.byte_weight
         n = trans.shape[0]
         src = np.repeat(np.arange(n), 256)[live.reshape(-1)]
         dst = trans.reshape(-1)[live.reshape(-1)]
@@ -133,6 +162,24 @@ class DfaIndex:
         order = np.argsort(pairs % n, kind="stable")
         rev = pairs[order]
         self._pred = np.split(rev // n, np.searchsorted(rev % n, np.arange(1, n)))
+
+    def cost2(self, s: int) -> int:
+        """Trie nodes below the live two-byte prefixes from ``s`` (an upper bound of a walk)."""
+        if self.cost[s] < WIDE_NODES:
+            return int(self.cost[s])
+        row = self.trans[s]
+        b1 = np.nonzero(row)[0]
+        live2 = self.trans[row[b1]] != 0
+        return int((live2 * self.trie.pair_weight[b1]).sum()) + b1.size
+
+    def boundary(self, state: int) -> np.ndarray:
+        """Trie nodes (not the root) after which the DFA, from ``state``, is accepting."""
+        got = self.bounds.get(state)
+        if got is None:
+            self.masks.pop(state, None)
+            self.compute([state])
+            got = self.bounds[state]
+        return got
 
     def mask(self, state: int) -> np.ndarray:
         got = self.masks.get(state)
@@ -143,21 +190,25 @@ class DfaIndex:
 
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
-        narrow = [s for s in states if s not in self.masks and self.n_live[s] < WIDE]
-        wide = [s for s in states if s not in self.masks and self.n_live[s] >= WIDE]
-        for lo in range(0, len(narrow), 64):
-            chunk = narrow[lo : lo + 64]
+        todo = [s for s in dict.fromkeys(states) if s not in self.masks]
+        narrow = [s for s in todo if self.cost2(s) < WIDE_NODES]
+        wide = [s for s in todo if self.cost2(s) >= WIDE_NODES]
+        for lo in range(0, len(narrow), 256):
+            chunk = narrow[lo : lo + 256]
             arr = np.asarray(chunk, dtype=np.int64)
-            src, node = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
+            src, node, st = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
             tok = self.trie.node_token[node]
             keep = tok >= 0
-            allowed = np.zeros((arr.size, self.words * 32), dtype=bool)
-            allowed[src[keep], tok[keep]] = True
-            if self.trie.dup_token.size:
-                allowed[:, self.trie.dup_token] |= allowed[:, self.trie.dup_of]
-            packed = np.packbits(allowed, axis=1, bitorder="little").view(np.int32)
+            packed = pack_pairs(src[keep], tok[keep], self.trie, arr.size, self.words)
+            if self.accept is not None:
+                acc = self.accept[st]
+                a_src, a_node = src[acc], node[acc]
+                order = np.argsort(a_src, kind="stable")
+                cuts = np.searchsorted(a_src[order], np.arange(1, arr.size))
+                for s, nodes in zip(chunk, np.split(a_node[order], cuts)):
+                    self.bounds[s] = nodes
             for i, s in enumerate(chunk):
-                self.masks[s] = packed[i].copy()
+                self.masks[s] = packed[i]
         for s in wide:
             self.masks[s] = self._wide(s)
 
@@ -185,7 +236,16 @@ class DfaIndex:
     def _wide(self, s: int) -> np.ndarray:
         region = self._region(s)
         if len(region) == 1 and s not in self._succ[s].tolist():
+            if self.cost2(s) < DENSE_NODES:
+                _, node, st = walk_from(self.trans, self.trie, np.zeros(1, np.int64), np.asarray([s]))
+                if self.accept is not None:
+                    self.bounds[s] = node[self.accept[st]]
+                tok = self.trie.node_token[node]
+                return pack_tokens(tok[tok >= 0], self.trie, self.words)
             st = dense_walk(self.trans, self.trie, s)
+            if self.accept is not None:
+                b = np.nonzero(self.accept[st] & (st != 0))[0]
+                self.bounds[s] = b[b != 0]
             return pack_tokens(self.trie.node_token[(st != 0) & (self.trie.node_token >= 0)], self.trie, self.words)
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)
@@ -208,23 +268,31 @@ class DfaIndex:
         for q, c in canon.items():
             lut[q] = c
         codes = lut[table].astype(np.int16)
-        key = hashlib.blake2b(codes.tobytes(), digest_size=16).digest()
+        states = np.asarray(order, dtype=np.int64)
+        acc_bits = self.accept[states] if self.accept is not None else None
+        h = hashlib.blake2b(codes.tobytes(), digest_size=16)
+        if acc_bits is not None:
+            h.update(b"A" + acc_bits.tobytes())
+        key = h.digest()
         entry = self.regions.get(key)
         if entry is None:
-            entry = self._region_entry(codes)
+            entry = self._region_entry(codes, acc_bits)
             self.regions.put(key, entry)
-        states = np.asarray(order, dtype=np.int64)
         if entry.exit_nodes.size == 0:
+            if self.accept is not None:
+                self.bounds[s] = entry.accept_nodes
             return entry.internal
         q = states[entry.exit_from]
         e = self.trans[q, self.trie.node_byte[entry.exit_nodes]].astype(np.int64)
-        src, nodes = walk_from(self.trans, self.trie, entry.exit_nodes, e)
+        src, nodes, st = walk_from(self.trans, self.trie, entry.exit_nodes, e)
+        if self.accept is not None:
+            self.bounds[s] = np.concatenate([entry.accept_nodes, entry.exit_nodes[self.accept[e]], nodes[self.accept[st]]])
         all_nodes = np.concatenate([entry.exit_nodes, nodes])
         tok = self.trie.node_token[all_nodes]
         extra = pack_tokens(tok[tok >= 0], self.trie, self.words)
         return entry.internal | extra
 
-    def _region_entry(self, codes: np.ndarray) -> RegionEntry:
+    def _region_entry(self, codes: np.ndarray, acc_bits: np.ndarray | None) -> RegionEntry:
         n = codes.shape[0]
         exit_state = n + 1
         local = np.zeros((n + 2, 256), dtype=np.int32)
@@ -238,4 +306,10 @@ class DfaIndex:
         par = st[self.trie.parent]
         par[0] = 0
         exits = np.nonzero((st == exit_state) & (par != exit_state))[0]
-        return RegionEntry(internal, exits.astype(np.int64), (par[exits] - 1).astype(np.int64))
+        acc_nodes = np.zeros(0, np.int64)
+        if acc_bits is not None:
+            local_acc = np.zeros(n + 2, dtype=bool)
+            local_acc[1 : n + 1] = acc_bits
+            acc_nodes = np.nonzero(local_acc[st])[0]
+            acc_nodes = acc_nodes[acc_nodes != 0]
+        return RegionEntry(internal, exits.astype(np.int64), (par[exits] - 1).astype(np.int64), acc_nodes)

@@ -97,6 +97,32 @@ class TokenTrie:
         self.dup_token = np.asarray(dup_token, dtype=np.int64)
         self.dup_of = np.asarray(dup_of, dtype=np.int64)
         self.parent = parent.astype(np.int32)
+        # subtree size of each depth-1 node, indexed by its byte (cost estimate of a walk).
+        top = np.zeros(total, dtype=np.int64)
+        d1 = np.arange(self.depth_start[1], self.depth_start[2]) if width else np.zeros(0, np.int64)
+        top[d1] = d1
+        for d in range(2, width + 1):
+            lo, hi = self.depth_start[d], self.depth_start[d + 1]
+            top[lo:hi] = top[parent[lo:hi]]
+        sizes = np.bincount(top[1:], minlength=total) if total > 1 else np.zeros(total, np.int64)
+        self.byte_weight = np.zeros(256, dtype=np.int64)
+        self.byte_weight[self.node_byte[d1]] = sizes[d1]
+        # subtree sizes of depth-2 nodes by their two bytes (a finer cost estimate).
+        self.pair_weight = np.zeros((256, 256), dtype=np.int64)
+        if width >= 2:
+            top2 = np.zeros(total, dtype=np.int64)
+            d2 = np.arange(self.depth_start[2], self.depth_start[3])
+            top2[d2] = d2
+            for d in range(3, width + 1):
+                lo, hi = self.depth_start[d], self.depth_start[d + 1]
+                top2[lo:hi] = top2[parent[lo:hi]]
+            deep = np.arange(self.depth_start[2], total)
+            sizes2 = np.bincount(top2[deep], minlength=total)
+            self.pair_weight[self.node_byte[parent[d2]], self.node_byte[d2]] = sizes2[d2]
+        # tokens with byte-duplicates: CSR from the primary id to the others.
+        order = np.argsort(self.dup_of, kind="stable")
+        self.dup_src = self.dup_of[order]
+        self.dup_dst = self.dup_token[order]
 
     def children(self, node: int) -> range:
         lo = int(self.child_lo[node])
