@@ -146,7 +146,7 @@ def main() -> None:
         rows.append(("HF transformers generate", bench_hf(path, prompts, args.output_len, args, dtype)["seconds"]))
     print(f"model={path} device={args.device} dtype={ours['dtype']} prompts={args.num_prompts} "
           f"input_len={args.input_len} output_len={args.output_len}")
-    print(f"| engine | seconds | input tok/s | output tok/s | total tok/s | vs HF |")
+    print("| engine | seconds | input tok/s | output tok/s | total tok/s | vs HF |")
     print("|---|---|---|---|---|---|")
     base = rows[-1][1] if len(rows) > 1 else None
     for name, sec in rows:

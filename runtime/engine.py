@@ -4,9 +4,7 @@ scheduler the server uses; ``generate`` tokenizes, submits, and shapes SGLang-na
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -159,8 +157,6 @@ class Engine:
                     top_logprobs_num=top_logprobs_num or 0,
                 )
                 if sp.seed is not None:
-                    import torch
-
                     from radixlm.runtime.sampler import make_generator
 
                     r.extra["generator"] = make_generator(sp.seed + k, self.runner.device)
