@@ -69,11 +69,14 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     top_p = torch.tensor([p.top_p for p in sp], device=logits.device, dtype=logits.dtype)
     min_p = torch.tensor([p.min_p for p in sp], device=logits.device, dtype=logits.dtype)
     probs = _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
+    # NOTE: unseeded rows share one draw; seeded rows draw from their own generator.
+    shared = [i for i, r in enumerate(reqs) if not greedy[i] and "generator" not in r.extra]
+    if shared:
+        idx = torch.tensor(shared, device=logits.device)
+        out[idx] = torch.multinomial(probs[idx], 1, generator=generator).squeeze(1)
     for i, r in enumerate(reqs):
-        if greedy[i]:
-            continue
-        gen = r.extra.get("generator", generator)
-        out[i] = torch.multinomial(probs[i], 1, generator=gen)[0]
+        if not greedy[i] and "generator" in r.extra:
+            out[i] = torch.multinomial(probs[i], 1, generator=r.extra["generator"])[0]
     return out
 
 
