@@ -2,7 +2,8 @@
 
 Nodes are tuples: ``("set", ranges)``, ``("cat", items)``, ``("alt", items)``,
 ``("rep", node, min, max)``, ``("share", key, node)`` (one automaton fragment reused wherever the
-same key appears; only valid where every use continues identically), ``("dfa", ByteDFA)`` (an
+same key appears inside the enclosing ``("scope", node)``; only valid where every use continues
+identically), ``("dfa", ByteDFA)`` (an
 automaton built separately, e.g. an intersection), and ``("ref", name)`` (a grammar rule; only in
 grammars, never inside a regex).
 """
@@ -91,4 +92,6 @@ def has_ref(node: Node) -> bool:
         return has_ref(node[1])
     if kind == "share":
         return has_ref(node[2])
+    if kind == "scope":
+        return has_ref(node[1])
     return False

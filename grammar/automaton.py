@@ -44,6 +44,12 @@ class _NFA:
             return got
         if kind == "dfa":
             return self._embed(node[1])
+        if kind == "scope":  # NOTE: fresh share fragments for every place the node is built
+            saved, self.shared = self.shared, {}
+            try:
+                return self.build(node[1])
+            finally:
+                self.shared = saved
         if kind == "set":
             return self._set(node[1])
         if kind == "cat":

@@ -91,6 +91,8 @@ class Lowering:
 
     def symbol(self, node: Node) -> int | None:
         """One symbol for ``node`` (None: the node matches nothing)."""
+        while node[0] == "scope" and has_ref(node):
+            node = node[1]
         kind = node[0]
         if kind == "ref":
             return -(self._named(node[1]) + 1)
@@ -143,6 +145,8 @@ class Lowering:
 
     def seq(self, node: Node) -> list[int] | None:
         """One alternative: the node as a symbol sequence, ref-free runs merged into terminals."""
+        while node[0] == "scope" and has_ref(node):
+            node = node[1]
         items = node[1] if node[0] == "cat" else (node,)
         out: list[int] = []
         run: list[Node] = []
@@ -169,6 +173,8 @@ class Lowering:
         return out if flush() else None
 
     def alts(self, node: Node) -> list[list[int]]:
+        while node[0] == "scope" and has_ref(node):
+            node = node[1]
         if node[0] != "alt":
             s = self.seq(node)
             return [] if s is None else [s]

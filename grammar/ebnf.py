@@ -14,6 +14,18 @@ from radixlm.grammar.automaton import regex_ast
 from radixlm.grammar.errors import GrammarError
 
 
+# Lookbehind idioms of lark's own grammar library, rewritten without lookaround.
+_IDIOMS = {
+    r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\.)*"',  # common.ESCAPED_STRING
+}
+
+
+def _terminal_regex(text: str) -> str:
+    for old, new in _IDIOMS.items():
+        text = text.replace(old, new)
+    return text
+
+
 def lark_to_rules(grammar: str, root: str = "root") -> tuple[Node, dict[str, Node]]:
     """Convert a lark grammar.
 
@@ -38,7 +50,7 @@ def lark_to_rules(grammar: str, root: str = "root") -> tuple[Node, dict[str, Nod
     terms: dict[str, Node] = {}
     for t in parser.terminals:
         try:
-            terms[t.name] = regex_ast(t.pattern.to_regexp())
+            terms[t.name] = regex_ast(_terminal_regex(t.pattern.to_regexp()))
         except GrammarError as e:
             raise GrammarError(f"terminal {t.name}: {e}") from None
     ign_nodes = [terms[n] for n in parser.ignore_tokens if n in terms]

@@ -77,7 +77,7 @@ class SchemaConverter:
         if schema.get("uniqueItems") is True and schema.get("maxItems", 2) > 1:
             raise GrammarError("unsupported JSON Schema keyword: 'uniqueItems'")
         extra = schema.get("x-all", {})
-        nots = ([schema["not"]] if "not" in schema else []) + list(extra.get("not", []))
+        nots = list(schema.get("x-nots", []))
         types = implied_types(schema)
         for n in nots:
             types = self.apply_not_types(schema, n, types)
@@ -128,10 +128,14 @@ class SchemaConverter:
                     schema = merge(target, others) if target else False
                 else:
                     schema = merge(target, others)
+            elif "not" in schema or "not" in schema.get("x-all", {}):
+                schema = self.fold_nots(schema)
             elif "allOf" in schema:
                 branches = schema["allOf"]
                 out: Any = {k: v for k, v in schema.items() if k != "allOf"}
                 for b in branches:
+                    if isinstance(b, dict) and ("anyOf" in b or "oneOf" in b) and "properties" not in out:
+                        out["x-any-first"] = True  # the combinator's properties come first
                     if isinstance(b, dict) and "$ref" in b:
                         if b["$ref"] in self.stack:
                             raise GrammarError("unsupported: allOf with a recursive $ref")
@@ -168,7 +172,7 @@ class SchemaConverter:
                 b = self.normalize(b)
                 if isinstance(b, dict) and "$ref" in b and not plain:
                     b = resolve_pointer(self.root, b["$ref"])
-            merged.append(b if plain else merge(rest, b))
+            merged.append(b if plain else merge(b, rest) if schema.get("x-any-first") else merge(rest, b))
         if kind == "oneOf":
             norm = [self.normalize(b) if isinstance(b, dict) and "$ref" not in b else b for b in merged]
             resolved = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b for b in norm]
@@ -179,6 +183,52 @@ class SchemaConverter:
 
     def _string_dfa(self, s: dict) -> Any:
         return dfa_from_ast(string_node(s, s.get("x-all", {})))
+
+    def fold_nots(self, schema: dict) -> Any:
+        """Rewrite ``not`` into positive keywords where possible; what needs an automaton
+        difference (enum / const / pattern / type) is kept in ``x-nots``."""
+        schema = dict(schema)
+        extra = dict(schema.get("x-all", {}))
+        todo = ([schema.pop("not")] if "not" in schema else []) + list(extra.pop("not", []))
+        schema["x-all"] = extra
+        keep = list(schema.get("x-nots", []))
+        while todo:
+            neg = todo.pop()
+            if neg is False:
+                continue
+            if neg is True:
+                return False
+            if not isinstance(neg, dict):
+                raise GrammarError("a 'not' schema must be an object or a boolean")
+            if set(neg) == {"$ref"} and neg["$ref"] not in self.stack:
+                neg = resolve_pointer(self.root, neg["$ref"])
+                todo.append(neg)
+                continue
+            keys = set(neg) - ANNOTATIONS
+            pos: Any = None
+            if not keys:
+                return False
+            if keys == {"not"}:
+                pos = neg["not"]
+            elif keys == {"anyOf"}:
+                todo.extend(neg["anyOf"])
+                continue
+            elif keys == {"required"} and len(neg["required"]) == 1:
+                pos = {"type": "object", "properties": {neg["required"][0]: False}}
+            elif keys <= {"minimum", "exclusiveMinimum"} or keys <= {"maximum", "exclusiveMaximum"}:
+                pos = _negate_bound(neg)
+            elif keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (
+                    keys == {"type", "pattern"} and neg.get("type") == "string"):
+                keep.append(neg)
+                continue
+            else:
+                raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
+            schema = merge(schema, pos)
+            if not isinstance(schema, dict):
+                return schema
+        if keep:
+            schema["x-nots"] = keep
+        return schema
 
     def apply_not_types(self, schema: dict, neg: Any, types: set[str] | None) -> set[str] | None:
         if isinstance(neg, dict) and set(neg) - ANNOTATIONS == {"type"}:
@@ -356,7 +406,21 @@ class SchemaConverter:
         body = first(0)
         if body == NOTHING:
             return NOTHING
-        return cat(char("{"), self.inner, body, self.inner, char("}"))
+        return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
+
+
+def _negate_bound(neg: dict) -> dict:
+    """``not {minimum: m}`` -> a number below m (and so on for the other bounds)."""
+    out: dict = {"type": "number"}
+    if "minimum" in neg:
+        out["maximum" if neg.get("exclusiveMinimum") is True else "exclusiveMaximum"] = neg["minimum"]
+    elif "exclusiveMinimum" in neg and not isinstance(neg["exclusiveMinimum"], bool):
+        out["maximum"] = neg["exclusiveMinimum"]
+    if "maximum" in neg:
+        out["minimum" if neg.get("exclusiveMaximum") is True else "exclusiveMinimum"] = neg["maximum"]
+    elif "exclusiveMaximum" in neg and not isinstance(neg["exclusiveMaximum"], bool):
+        out["minimum"] = neg["exclusiveMaximum"]
+    return out
 
 
 class _Recursive(Exception):

@@ -19,7 +19,7 @@ ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
     "readOnly", "writeOnly", "deprecated", "contentMediaType", "contentEncoding", "contentSchema",
     "definitions", "$defs", "$anchor", "$dynamicAnchor", "$vocabulary", "discriminator", "nullable",
-    "markdownDescription", "errorMessage", "xml", "externalDocs", "$recursiveAnchor",
+    "markdownDescription", "errorMessage", "xml", "externalDocs", "$recursiveAnchor", "x-any-first",
 })
 # Assertions merged specially below; everything else that is not an annotation must be equal.
 _MIN = ("minimum", "minLength", "minItems", "minProperties", "exclusiveMinimum")
@@ -121,7 +121,7 @@ def merge(a: Schema, b: Schema) -> Schema:
                 extra = dict(out.get("x-all", {}))
                 extra[key] = list(extra.get(key, [])) + [vb]
                 out["x-all"] = extra
-        elif key in ("x-any",):
+        elif key in ("x-any", "x-nots"):
             out[key] = list(va) + list(vb)
         elif key == "x-all":
             extra = dict(va)

@@ -1,0 +1,135 @@
+"""MaskBench harness shared by the tests and ``benchmarks/bench_grammar.py``.
+
+A case is one JSON file of ``$RADIXLM_SHARED_DATA/maskbench``: ``{"schema", "tests": [{"data",
+"valid"}]}``. Each instance is serialized with ``json.dumps`` and tokenized with the real tokenizer;
+it is *accepted* when every token is allowed by the filled bitmask and accepted by the matcher and
+the stop token terminates it. Sound: no invalid instance accepted; complete: every valid one is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from radixlm.grammar.bitmask import allocate_token_bitmask
+from radixlm.grammar.compiler import GrammarCompiler
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.matcher import GrammarMatcher
+from radixlm.grammar.tokenizer_info import TokenizerInfo
+
+
+def shared_data() -> Path:
+    """``$RADIXLM_SHARED_DATA`` or ``../shared/data`` relative to the project root."""
+    env = os.environ.get("RADIXLM_SHARED_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+TOKENIZERS = ("gpt-2", "deepseek-llm", "phi-3", "llama-spm")
+
+
+@lru_cache(maxsize=None)
+def load_tokenizer(name: str) -> Any:
+    """A tokenizer of ``$RADIXLM_SHARED_DATA/tokenizers`` (cached per process)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
+
+
+@lru_cache(maxsize=None)
+def load_compiler(name: str) -> GrammarCompiler:
+    """A :class:`GrammarCompiler` for a shared tokenizer (cached per process)."""
+    return GrammarCompiler(load_tokenizer(name))
+
+
+def encode_exact(tokenizer: Any, info: TokenizerInfo, text: str) -> list[int]:
+    """Token ids whose bytes are exactly ``text``, as the tokenizer would produce them mid-stream
+    (SentencePiece adds a leading ``▁`` at the start of a text: tokenize after a newline then)."""
+    want = text.encode("utf-8")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if b"".join(info.token_bytes[i] or b"?" for i in ids) == want:
+        return ids
+    ids = tokenizer.encode("\n" + text, add_special_tokens=False)
+    acc = b""
+    for k, i in enumerate(ids):
+        acc += info.token_bytes[i] or b"?"
+        if acc in (b"\n", b" \n"):
+            rest = ids[k + 1 :]
+            if b"".join(info.token_bytes[j] or b"?" for j in rest) == want:
+                return rest
+            break
+    raise ValueError(f"cannot tokenize {text[:60]!r} exactly")
+
+
+@dataclass
+class InstanceResult:
+    valid: bool
+    accepted: bool
+    mask_times: list[float] = field(default_factory=list)
+    mismatch: str | None = None  # a mask / accept_token disagreement (a bug)
+
+
+def run_instance(compiled: Any, tokenizer: Any, text: str, valid: bool, bitmask: torch.Tensor) -> InstanceResult:
+    """Walk ``text`` token by token, checking the filled bitmask against ``accept_token``."""
+    info = compiled.tokenizer_info
+    matcher = GrammarMatcher(compiled)
+    ids = encode_exact(tokenizer, info, text) + [info.stop_token_ids[0]]
+    res = InstanceResult(valid, False)
+    words = bitmask[0].numpy()
+    for tid in ids:
+        t0 = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        res.mask_times.append(time.perf_counter() - t0)
+        allowed = bool((int(words[tid // 32]) >> (tid % 32)) & 1)
+        ok = matcher.accept_token(tid)
+        if allowed != ok:
+            res.mismatch = f"token {tid} allowed={allowed} accepted={ok}"
+            return res
+        if not ok:
+            return res
+    res.accepted = matcher.is_terminated()
+    return res
+
+
+@dataclass
+class CaseResult:
+    name: str
+    compiled: bool
+    error: str | None = None
+    compile_time: float = 0.0
+    instances: list[InstanceResult] = field(default_factory=list)
+
+
+def load_cases(limit: int | None = None, stride: int = 1, with_tests_only: bool = True) -> list[tuple[str, dict]]:
+    root = shared_data() / "maskbench"
+    files = sorted(root.glob("*.json"))[::stride]
+    out = []
+    for f in files:
+        case = json.loads(f.read_text())
+        if with_tests_only and not case.get("tests"):
+            continue
+        out.append((f.stem, case))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def run_case(compiler: GrammarCompiler, tokenizer: Any, name: str, case: dict) -> CaseResult:
+    t0 = time.perf_counter()
+    try:
+        compiled = compiler.compile_json_schema(case["schema"])
+    except GrammarError as e:
+        return CaseResult(name, False, str(e))
+    res = CaseResult(name, True, compile_time=time.perf_counter() - t0)
+    bitmask = allocate_token_bitmask(1, compiler.tokenizer_info.vocab_size)
+    for test in case.get("tests", []):
+        res.instances.append(run_instance(compiled, tokenizer, json.dumps(test["data"]), test["valid"], bitmask))
+    return res
