@@ -92,6 +92,12 @@ def ours(path: str, args) -> dict:
         sched.step()
     sync()
     out["prefill_tok_s"] = args.prefill_batch * args.prefill_len / (time.perf_counter() - t0)
+    if args.profile_prefill:
+        for i, r in enumerate(reqs):
+            sched.add_request(Req(f"pp{i}", r.origin_input_ids[::-1], SamplingParams(max_new_tokens=1)))
+        out["prefill_profile"] = profile_steps(sched, steps=1)
+        while sched.has_work():
+            sched.step()
     del sched, runner
     gc.collect()
     torch.cuda.empty_cache()
@@ -144,6 +150,12 @@ def hf(path: str, args) -> dict:
         model(ids[i : i + 1], logits_to_keep=1)
     sync()
     out["prefill_tok_s"] = args.prefill_batch * args.prefill_len / (time.perf_counter() - t0)
+    if args.profile_prefill:
+        for i, r in enumerate(reqs):
+            sched.add_request(Req(f"pp{i}", r.origin_input_ids[::-1], SamplingParams(max_new_tokens=1)))
+        out["prefill_profile"] = profile_steps(sched, steps=1)
+        while sched.has_work():
+            sched.step()
     del model
     gc.collect()
     torch.cuda.empty_cache()
@@ -164,6 +176,7 @@ def main() -> None:
     ap.add_argument("--disable-cuda-graph", action="store_true")
     ap.add_argument("--overlap", action="store_true", help="enable_overlap_schedule")
     ap.add_argument("--profile-bs", type=int, default=64, help="profile decode steps at this batch size")
+    ap.add_argument("--profile-prefill", action="store_true", help="profile one prefill step")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--json-out")
     args = ap.parse_args()
@@ -185,8 +198,9 @@ def main() -> None:
     o, h = res["ours"]["prefill_tok_s"], res.get("hf", {}).get("prefill_tok_s")
     print(f"| prefill {args.prefill_batch}x{args.prefill_len} | {o:,.0f} tok/s | {f'{h:,.0f} tok/s' if h else '-'} | "
           f"{f'{o / h:.2f}x' if h else '-'} |")
-    if "profile" in res["ours"]:
-        print(res["ours"]["profile"])
+    for key in ("profile", "prefill_profile"):
+        if key in res["ours"]:
+            print(res["ours"][key])
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(res, f, indent=2)
