@@ -72,6 +72,7 @@ class CudaGraphRunner:
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
+        torch.cuda.synchronize()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -79,7 +80,9 @@ class CudaGraphRunner:
                 for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
                     self._forward(bs)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                # NOTE: thread_local: CUDA calls of other threads (tokenizers, grammar workers,
+                # a previous engine being collected) must not invalidate this capture.
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
                     self.outputs[bs] = self._forward(bs)
                 self.pool = graph.pool()
                 self.graphs[bs] = graph

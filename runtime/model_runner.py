@@ -70,7 +70,11 @@ class ModelRunner:
         if self.device.type == "cuda" and not args.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import CudaGraphRunner
 
-            self.cuda_graph = CudaGraphRunner(self, min(args.cuda_graph_max_bs, args.max_running_requests), pad_row)
+            try:
+                self.cuda_graph = CudaGraphRunner(self, min(args.cuda_graph_max_bs, args.max_running_requests), pad_row)
+            except RuntimeError as e:  # NOTE: serve eagerly rather than not at all
+                logger.error("CUDA graph capture failed, decoding eagerly: %s", e)
+                torch.cuda.synchronize()
 
     def _kv_pool_size(self) -> int:
         c = self.cfg
