@@ -9,6 +9,7 @@ read and write only slot 0. Batches larger than ``cuda_graph_max_bs`` run eagerl
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 
 import torch
@@ -75,6 +76,18 @@ class CudaGraphRunner:
         torch.cuda.synchronize()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
+        # NOTE: a garbage-collection pass during capture may destroy another engine's graphs,
+        # whose cudaFree invalidates this capture; collect now and keep the collector off.
+        gc.collect()
+        gc.disable()
+        try:
+            self._capture_on(stream)
+        finally:
+            gc.enable()
+        torch.cuda.current_stream().wait_stream(stream)
+        logger.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+
+    def _capture_on(self, stream: torch.cuda.Stream) -> None:
         with torch.cuda.stream(stream):
             for bs in reversed(self.sizes):  # largest first so smaller graphs reuse its pool
                 for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
@@ -86,8 +99,13 @@ class CudaGraphRunner:
                     self.outputs[bs] = self._forward(bs)
                 self.pool = graph.pool()
                 self.graphs[bs] = graph
-        torch.cuda.current_stream().wait_stream(stream)
-        logger.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+
+    def release(self) -> None:
+        """Drop the graphs and their memory pool now (not at some later garbage collection)."""
+        self.graphs.clear()
+        self.outputs.clear()
+        self.pool = None
+        self.runner = None
 
     def can_run(self, batch_size: int) -> bool:
         return batch_size <= self.max_bs

@@ -65,6 +65,7 @@ class Engine:
             self._inbox.put(("wake", None))
             self._thread.join(timeout=30)
             self.scheduler.grammar.shutdown()
+            self.runner.release()
 
     # ------------------------------------------------------ scheduler thread
     def _loop(self) -> None:

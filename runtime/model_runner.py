@@ -76,6 +76,12 @@ class ModelRunner:
                 logger.error("CUDA graph capture failed, decoding eagerly: %s", e)
                 torch.cuda.synchronize()
 
+    def release(self) -> None:
+        """Free CUDA graphs eagerly (they hold a private memory pool and a reference cycle)."""
+        if self.cuda_graph is not None:
+            self.cuda_graph.release()
+            self.cuda_graph = None
+
     def _kv_pool_size(self) -> int:
         c = self.cfg
         per_token = KVPool.bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
