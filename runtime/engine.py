@@ -24,8 +24,9 @@ class Engine:
     """Offline engine over one model.
 
     Args:
-        model_path: HF model folder; ``None`` uses the embedded tiny default model (created on
-            first use under ``$RADIXLM_CACHE``, default ``~/.cache/radixlm``).
+        model_path: HF model folder or ``.gguf`` file; ``None`` uses the default model,
+            SmolLM2-135M-Instruct (converted on first use under ``$RADIXLM_CACHE``, default
+            ``~/.cache/radixlm``; see :mod:`radixlm.runtime.default_model`).
         **server_args: any :class:`ServerArgs` field (``dtype``, ``device``, ``max_total_tokens``,
             ``chunked_prefill_size``, ``schedule_policy``, ``disable_radix_cache``, ...).
     Raises ``TypeError`` for unknown server args and ``ValueError`` for invalid values.
@@ -36,10 +37,9 @@ class Engine:
 
     def __init__(self, model_path: str | None = None, **server_args: Any) -> None:
         from radixlm.runtime.model_runner import ModelRunner
-        from radixlm.runtime.tiny_model import default_model_path
+        from radixlm.runtime.default_model import resolve_model_path
 
-        if model_path is None:
-            model_path = server_args.pop("model_path", None) or default_model_path()
+        model_path = resolve_model_path(model_path or server_args.pop("model_path", None))
         server_args["model_path"] = model_path
         self.server_args = ServerArgs.from_kwargs(**server_args)
         tok_path = self.server_args.tokenizer_path or model_path

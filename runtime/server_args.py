@@ -13,7 +13,8 @@ class ServerArgs:
     """Everything that configures an Engine or a server.
 
     Attributes:
-        model_path: HF model folder; ``None`` means the embedded tiny default model.
+        model_path: HF model folder or ``.gguf`` file; ``None`` means the default model
+            (SmolLM2-135M-Instruct, :mod:`radixlm.runtime.default_model`).
         tokenizer_path: defaults to ``model_path``.
         dtype: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32``, ``bfloat16``, ``float16``.
         device: ``auto`` (cuda when available), ``cpu`` or ``cuda``.

@@ -3,7 +3,8 @@
 ``make_tiny_model(out_dir, arch)`` trains the tokenizer offline on Python's own standard-library
 sources (present on every machine), builds the model with transformers and ``save_pretrained``s
 both, so the folder loads in radixlm and in plain ``AutoModelForCausalLM``/``AutoTokenizer``.
-``default_model_path()`` creates ``$RADIXLM_CACHE/tiny-llama`` (default ``~/.cache/radixlm``) once.
+``tiny_model_path(arch)`` creates ``$RADIXLM_CACHE/tiny-<arch>`` (default ``~/.cache/radixlm``) once.
+The real default model is SmolLM2-135M-Instruct (``radixlm.runtime.default_model``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 import shutil
 import sysconfig
 import tempfile
+
+from radixlm.runtime.default_model import cache_dir
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -121,12 +124,9 @@ def make_tiny_model(out_dir: str, arch: str = "llama", vocab_size: int = 2048, s
     return out_dir
 
 
-def cache_dir() -> str:
-    return os.environ.get("RADIXLM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "radixlm")
-
-
-def default_model_path(arch: str = "llama") -> str:
-    """Path of the default tiny model, created on first use (atomically, safe across processes)."""
+def tiny_model_path(arch: str = "llama") -> str:
+    """Path of the cached tiny model of ``arch``, created on first use (atomically, safe across
+    processes). Raises ``ValueError`` for an unknown ``arch``."""
     path = os.path.join(cache_dir(), f"tiny-{arch}")
     if os.path.exists(os.path.join(path, "config.json")):
         return path

@@ -16,7 +16,8 @@ ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
-    """Point RADIXLM_CACHE at a session directory so the default model is built fresh."""
+    """Point RADIXLM_CACHE at a session directory unless the caller chose one (then the converted
+    default model and the tiny models are reused across runs)."""
     if "RADIXLM_CACHE" not in os.environ:
         os.environ["RADIXLM_CACHE"] = str(tmp_path_factory.mktemp("radixlm-cache"))
     yield

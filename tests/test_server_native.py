@@ -20,10 +20,9 @@ GREEDY = {"temperature": 0, "max_new_tokens": 8}
 
 @pytest.fixture(scope="module")
 def server():
-    from radixlm.runtime.tiny_model import default_model_path
+    from radixlm.runtime.tiny_model import tiny_model_path
 
-    default_model_path()  # build once here, not in the server
-    srv = ServerProcess(["--max-queued-requests", str(MAX_QUEUED)])
+    srv = ServerProcess(["--model-path", tiny_model_path(), "--max-queued-requests", str(MAX_QUEUED)])
     yield srv
     srv.stop()
 

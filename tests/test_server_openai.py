@@ -20,10 +20,9 @@ KEY = "sk-test-key"
 
 @pytest.fixture(scope="module")
 def server():
-    from radixlm.runtime.tiny_model import default_model_path
+    from radixlm.runtime.tiny_model import tiny_model_path
 
-    default_model_path()
-    srv = ServerProcess(["--api-key", KEY])
+    srv = ServerProcess(["--model-path", tiny_model_path(), "--api-key", KEY])
     yield srv
     srv.stop()
 

@@ -15,10 +15,9 @@ from radixlm.runtime.server.testing import ServerProcess  # noqa: E402
 
 @pytest.fixture(scope="module")
 def backend():
-    from radixlm.runtime.tiny_model import default_model_path
+    from radixlm.runtime.tiny_model import tiny_model_path
 
-    default_model_path()
-    srv = ServerProcess()
+    srv = ServerProcess(["--model-path", tiny_model_path()])
     try:
         yield sgl.RuntimeEndpoint(srv.url)
     finally:

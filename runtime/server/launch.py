@@ -122,10 +122,9 @@ class ServerProcesses:
 def launch_server(config: ServerConfig) -> int:
     """Run a server until SIGINT/SIGTERM. Returns the exit status (0 after a clean shutdown)."""
     setup_logging(config.log_level, "server")
-    from radixlm.runtime.tiny_model import default_model_path
+    from radixlm.runtime.default_model import resolve_model_path
 
-    if config.model_path is None:
-        config = dataclasses.replace(config, model_path=default_model_path())
+    config = dataclasses.replace(config, model_path=resolve_model_path(config.model_path))
     paths = IpcPaths.new()
     children = ServerProcesses(config, paths)
     stop_requested = threading.Event()
