@@ -10,10 +10,11 @@ programs::
         s += sgl.user(question)
         s += sgl.assistant(sgl.gen("answer", max_tokens=64))
 
-    sgl.set_default_backend(sgl.Engine())          # or sgl.RuntimeEndpoint("http://host:port")
+    sgl.set_default_backend(sgl.Engine())  # or sgl.RuntimeEndpoint(url), sgl.Runtime(), sgl.OpenAI()
     print(qa.run(question="What is a radix tree?")["answer"])
 
-``Engine`` is imported lazily (``radixlm.runtime.engine``) so ``import radixlm`` stays light.
+``Engine``, ``Runtime`` and the API backends (``OpenAI``; ``Anthropic``, ``LiteLLM``, ``VertexAI``
+raise a "not supported" error) are imported lazily so ``import radixlm`` stays light.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from radixlm.interpreter.executor import ProgramError
 from radixlm.interpreter.runtime_endpoint import RuntimeEndpoint
 from radixlm.interpreter.state import ForkedStates, ProgramState
 from radixlm.lang.api import (
-    assistant, assistant_begin, assistant_end, gen, gen_int, gen_string, select, system,
-    system_begin, system_end, user, user_begin, user_end, var_scope,
+    assistant, assistant_begin, assistant_end, gen, gen_int, gen_string, image, select,
+    separate_reasoning, system, system_begin, system_end, user, user_begin, user_end, var_scope,
+    video,
 )
 from radixlm.lang.chat_template import ChatTemplate
 from radixlm.lang.choices import (
@@ -37,6 +39,7 @@ from radixlm.lang.choices import (
     unconditional_likelihood_normalized,
 )
 from radixlm.lang.function import Function, function
+from radixlm.lang.global_config import global_config
 from radixlm.lang.tracer import TracedProgram
 
 __version__ = "0.1.0"
@@ -47,15 +50,29 @@ def trace(program: Function, *, backend: Any = None, **kwargs: Any) -> TracedPro
     return program.trace(backend=backend, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "Engine":
-        from radixlm.runtime.engine import Engine
+# NOTE: heavy or optional pieces load on first use so ``import radixlm`` stays light.
+_LAZY = {
+    "Engine": ("radixlm.runtime.engine", "Engine"),
+    "Runtime": ("radixlm.interpreter.runtime", "Runtime"),
+    "OpenAI": ("radixlm.interpreter.openai_backend", "OpenAI"),
+    "Anthropic": ("radixlm.interpreter.api_backends", "Anthropic"),
+    "LiteLLM": ("radixlm.interpreter.api_backends", "LiteLLM"),
+    "VertexAI": ("radixlm.interpreter.api_backends", "VertexAI"),
+}
 
-        return Engine
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'radixlm' has no attribute {name!r}")
 
 
 __all__ = [
+    "Anthropic", "LiteLLM", "OpenAI", "Runtime", "VertexAI", "global_config", "image",
+    "separate_reasoning", "video", "__version__",
     "Backend", "ChatTemplate", "ChoicesDecision", "ChoicesSamplingMethod", "Engine",
     "EngineBackend", "ForkedStates", "Function", "ProgramError", "ProgramState", "RuntimeEndpoint",
     "TracedProgram", "assistant", "assistant_begin", "assistant_end", "flush_cache", "function",

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from radixlm.lang.chat_template import ChatTemplate
+from radixlm.lang.global_config import global_config
 from radixlm.lang.choices import ChoicesDecision, ChoicesSamplingMethod
 from radixlm.lang.ir import SamplingParams
 
@@ -44,8 +45,8 @@ class Backend(ABC):
         """Send a streaming ``/generate`` body; yields chunks whose ``text`` is cumulative."""
 
     @abstractmethod
-    def flush_cache(self) -> None:
-        """Drop the backend's prefix cache."""
+    def flush_cache(self, empty_cache: bool = True) -> None:
+        """Drop the backend's prefix cache (``empty_cache`` is accepted for SGLang compatibility)."""
 
     @abstractmethod
     def get_server_info(self) -> dict[str, Any]:
@@ -66,6 +67,15 @@ class Backend(ABC):
         assert isinstance(obj, dict)
         return obj["text"], obj["meta_info"]
 
+    def generate_n(self, prompt: str, params: SamplingParams,
+                   n: int) -> tuple[list[str], list[Response]]:
+        """``n`` completions of ``prompt`` in one batched request: ``(texts, meta_infos)``."""
+        payload = _payload(prompt, params)
+        payload["text"] = [prompt] * n
+        objs = self.request(payload)
+        assert isinstance(objs, list) and len(objs) == n
+        return [o["text"] for o in objs], [o["meta_info"] for o in objs]
+
     def generate_stream(self, prompt: str, params: SamplingParams) -> Iterator[tuple[str, Response]]:
         """Stream a completion: yields ``(delta_text, meta_info)``; deltas concatenate to the text."""
         payload = _payload(prompt, params)
@@ -85,6 +95,10 @@ class Backend(ABC):
         assert isinstance(obj, dict)
         return obj["meta_info"]
 
+    def cache_prefix(self, prefix: str) -> None:
+        """SGLang's name for :meth:`commit_prefix` (returns nothing)."""
+        self.commit_prefix(prefix)
+
     def select(self, prompt: str, choices: list[str],
                method: ChoicesSamplingMethod) -> ChoicesDecision:
         """Score ``choices`` as continuations of ``prompt`` (see ``interpreter/select.py``)."""
@@ -94,10 +108,12 @@ class Backend(ABC):
 
 
 def _payload(prompt: str, params: SamplingParams) -> dict[str, Any]:
-    return {"text": prompt, "sampling_params": params.to_native(), **params.request_options()}
+    sp = {"skip_special_tokens": global_config.skip_special_tokens_in_output,
+          "spaces_between_special_tokens": global_config.spaces_between_special_tokens_in_out,
+          **params.to_native()}
+    return {"text": prompt, "sampling_params": sp, **params.request_options()}
 
 
-_default_backend: Backend | None = None
 _engine_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -112,9 +128,9 @@ def resolve_backend(backend: Any = None) -> Backend:
         TypeError: an object that is neither a Backend nor Engine-like.
     """
     if backend is None:
-        if _default_backend is None:
+        if global_config.default_backend is None:
             raise RuntimeError("no backend: pass backend=... or call radixlm.set_default_backend()")
-        return _default_backend
+        backend = global_config.default_backend
     if isinstance(backend, Backend):
         return backend
     if hasattr(backend, "endpoint") and isinstance(backend.endpoint, Backend):
@@ -138,21 +154,32 @@ def resolve_backend(backend: Any = None) -> Backend:
 
 
 def set_default_backend(backend: Any) -> None:
-    """Use ``backend`` (a Backend or an ``Engine``) for programs run without ``backend=``."""
-    global _default_backend
-    _default_backend = resolve_backend(backend)
+    """Use ``backend`` (a Backend, an ``Engine`` or a ``Runtime``) for programs run without
+    ``backend=``; stored in ``global_config.default_backend``. Raises TypeError for non-backends."""
+    global_config.default_backend = resolve_backend(backend)
 
 
 def get_default_backend() -> Backend | None:
-    """The backend set by :func:`set_default_backend`, or ``None``."""
-    return _default_backend
+    """The default backend (``global_config.default_backend`` resolved), or ``None``."""
+    if global_config.default_backend is None:
+        return None
+    return resolve_backend(global_config.default_backend)
 
 
-def flush_cache(backend: Any = None) -> None:
-    """Flush the prefix cache of ``backend`` (default: the default backend)."""
-    resolve_backend(backend).flush_cache()
+def flush_cache(backend: Any = None, empty_cache: bool = True) -> bool:
+    """Flush the prefix cache of ``backend`` (default: the default backend).
+
+    Returns:
+        False when there is no backend at all (as SGLang), else True.
+    """
+    if backend is None and global_config.default_backend is None:
+        return False
+    resolve_backend(backend).flush_cache(empty_cache=empty_cache)
+    return True
 
 
-def get_server_info(backend: Any = None) -> dict[str, Any]:
-    """Server info of ``backend`` (default: the default backend)."""
+def get_server_info(backend: Any = None) -> dict[str, Any] | None:
+    """Server info of ``backend`` (default: the default backend); ``None`` without any backend."""
+    if backend is None and global_config.default_backend is None:
+        return None
     return resolve_backend(backend).get_server_info()

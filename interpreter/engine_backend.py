@@ -42,7 +42,7 @@ class EngineBackend(Backend):
     def request_stream(self, payload: dict[str, Any]) -> Iterator[Response]:
         yield from self._call(payload, stream=True)
 
-    def flush_cache(self) -> None:
+    def flush_cache(self, empty_cache: bool = True) -> None:
         self.engine.flush_cache()
 
     def get_server_info(self) -> dict[str, Any]:

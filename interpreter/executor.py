@@ -16,8 +16,8 @@ from typing import Any
 from radixlm.interpreter.backend import Backend
 from radixlm.lang.chat_template import ChatTemplate
 from radixlm.lang.ir import (
-    CommitLazy, Constant, Expr, Gen, RoleBegin, RoleEnd, SamplingParams, Select, VarScopeBegin,
-    VarScopeEnd,
+    CommitLazy, Constant, Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select,
+    SeparateReasoning, VarScopeBegin, VarScopeEnd, reasoning_variable,
 )
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,11 @@ class StreamExecutor:
     """
 
     def __init__(self, backend: Backend, defaults: SamplingParams, stream: bool = False,
-                 chat_template: ChatTemplate | None = None) -> None:
+                 chat_template: ChatTemplate | None = None,
+                 num_api_spec_tokens: int | None = None) -> None:
         self.backend = backend
+        self.num_api_spec_tokens = num_api_spec_tokens
+        self.speculated_text = ""
         self.defaults = defaults
         self.stream = stream
         self.chat_template = chat_template or backend.chat_template
@@ -61,6 +64,8 @@ class StreamExecutor:
         self._ended = False
         self._cond = threading.Condition()
         self._queue: queue.Queue[Expr | None] = queue.Queue()
+        # NOTE: ``run(use_thread=False)``: ``submit`` returns only once its nodes have run.
+        self.inline = False
         self._thread = threading.Thread(target=self._work, daemon=True, name="radixlm-executor")
         self._thread.start()
 
@@ -74,6 +79,8 @@ class StreamExecutor:
             self._pending += len(nodes)
         for node in nodes:
             self._queue.put(node)
+        if self.inline:
+            self.sync()
 
     def end(self) -> None:
         """No more nodes will come; the worker exits when the queue is drained. Idempotent."""
@@ -140,8 +147,10 @@ class StreamExecutor:
 
     def fork_child(self) -> StreamExecutor:
         """A new executor starting from a copy of this one's (synced) text, variables, roles."""
-        child = StreamExecutor(self.backend, self.defaults, self.stream, self.chat_template)
+        child = StreamExecutor(self.backend, self.defaults, self.stream, self.chat_template,
+                               self.num_api_spec_tokens)
         child.owner = self.owner
+        child.inline = self.inline
         with self._cond:
             child.text_ = self.text_
             child.variables = dict(self.variables)
@@ -203,12 +212,24 @@ class StreamExecutor:
             self.set_var(node.name, self.text_[self._scope_pos.pop(node.name, len(self.text_)):])
         elif isinstance(node, CommitLazy):
             self.backend.commit_prefix(self.text_)
+        elif isinstance(node, SeparateReasoning):
+            self._separate_reasoning(node.expr, node.model_type)
         else:
             raise TypeError(f"{type(node).__name__} nodes only appear in traces; "
                             "they cannot be executed")
 
     def _gen(self, node: Gen) -> None:
         params = node.params.merged(self.defaults)
+        hook = getattr(self.backend, "execute_gen", None)
+        if hook is not None and hook(self, node, params):
+            return  # NOTE: an API backend handled it (e.g. speculative execution).
+        if params.n not in (None, 1):
+            # NOTE: SGLang semantics: the variable is the list of n samples, the text gets the first.
+            texts, metas = self.backend.generate_n(self.text_, params, int(params.n))
+            self._append(texts[0], node.name)
+            if node.name is not None:
+                self.set_var(node.name, texts, metas)
+            return
         if not self.stream:
             text, meta = self.backend.generate(self.text_, params)
             self._append(text, node.name)
@@ -221,3 +242,36 @@ class StreamExecutor:
             text = "".join(parts)
         if node.name is not None:
             self.set_var(node.name, text, meta)
+
+    def _separate_reasoning(self, expr: Expr | None, model_type: str | None) -> None:
+        if self.stream or expr is None:
+            return  # NOTE: as SGLang: not applied to streamed generations.
+        if isinstance(expr, ExprList):
+            for item in expr.items:
+                self._separate_reasoning(item, model_type)
+            return
+        if not isinstance(expr, (Gen, Select)):
+            return
+        reasoning, answer = split_reasoning(str(self.variables[expr.name]), model_type)
+        self.set_var(reasoning_variable(expr.name), reasoning)
+        self.set_var(expr.name, answer)
+        with self._cond:
+            self.text_ = self.text_[: self._role_pos] + answer
+
+
+def split_reasoning(text: str, model_type: str | None = None) -> tuple[str, str]:
+    """``(reasoning, answer)`` of ``text`` around ``<think>...</think>``.
+
+    Without a closing tag the text is all answer, except for ``model_type`` ``"deepseek-r1"`` (whose
+    template opens the think block itself) or text that opens one: then it is all reasoning.
+    """
+    body = text.lstrip()
+    opened = body.startswith("<think>")
+    if opened:
+        body = body[len("<think>"):]
+    if "</think>" in body:
+        reasoning, answer = body.split("</think>", 1)
+        return reasoning.strip(), answer.lstrip()
+    if opened or (model_type or "").lower().startswith("deepseek-r1"):
+        return body.strip(), ""
+    return "", text

@@ -117,7 +117,7 @@ class RuntimeEndpoint(Backend):
                                        else str(err))
                 yield chunk
 
-    def flush_cache(self) -> None:
+    def flush_cache(self, empty_cache: bool = True) -> None:
         self._post("/flush_cache", {})
 
     def get_server_info(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from radixlm.interpreter.executor import StreamExecutor
@@ -86,17 +87,30 @@ class ProgramState(StateBase):
     def fork(self, size: int = 1, position_ids_offset: Any = None) -> ForkedStates:
         """Split into ``size`` independent states that continue from the current text.
 
-        The current text is first committed with one prefill-only request, so the children's
-        requests find it in the prefix cache. ``position_ids_offset`` is accepted and ignored.
+        As in SGLang, when ``size > 1`` and the text is not empty it is first committed with one
+        prefill-only request, so the children's requests find it in the prefix cache (``fork(1)``
+        and forks of an empty state send nothing). ``position_ids_offset`` is accepted, ignored.
 
         Raises:
             ValueError: ``size`` < 1.
         """
+        size = int(size)
         if size < 1:
             raise ValueError("fork size must be >= 1")
-        self.submit([CommitLazy()])
         self.sync()
+        if size > 1 and self.executor.text_:
+            self.submit([CommitLazy()])
+            self.sync()
         return ForkedStates([ProgramState(self.executor.fork_child()) for _ in range(size)], self)
+
+    @contextmanager
+    def copy(self, position_ids_offset: Any = None) -> Iterator[ProgramState]:
+        """``with s.copy() as c:`` a ``fork(1)`` child, joined (``gather_variable``) on exit."""
+        forks = self.fork(1, position_ids_offset)
+        try:
+            yield forks[0]
+        finally:
+            forks.join()
 
     # ---- streaming --------------------------------------------------------------------------
 
@@ -141,7 +155,7 @@ class ProgramState(StateBase):
                 yield piece
 
     def __repr__(self) -> str:
-        return f"ProgramState({self.text()!r})"
+        return f"ProgramState({self.text()})"
 
 
 class ForkedStates:
@@ -168,8 +182,17 @@ class ForkedStates:
         return iter(self.states)
 
     def __iadd__(self, other: Any) -> ForkedStates:
+        """Append to every child: ``other(i)`` for a callable, ``other[i]`` for a list or tuple
+        (one per child), else ``other`` itself. Raises ValueError for a list of the wrong size."""
+        if isinstance(other, (list, tuple)) and len(other) != len(self.states):
+            raise ValueError(f"{len(other)} items for {len(self.states)} forks")
         for i, st in enumerate(self.states):
-            st += other[i] if isinstance(other, (list, tuple)) else other
+            if isinstance(other, (list, tuple)):
+                st += other[i]
+            elif callable(other):
+                st += other(i)
+            else:
+                st += other
         return self
 
     def join(self, mode: str = "gather_variable") -> None:

@@ -12,8 +12,8 @@ from typing import Any
 from radixlm.lang.choices import ChoicesSamplingMethod, token_length_normalized
 from radixlm.lang.constraints import dtype_to_regex, json_schema_to_str
 from radixlm.lang.ir import (
-    Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select, VarScopeBegin, VarScopeEnd,
-    as_exprs,
+    Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select, SeparateReasoning,
+    VarScopeBegin, VarScopeEnd, as_exprs,
 )
 
 
@@ -51,7 +51,8 @@ def gen(
     Args:
         name: variable that receives the completion (``s[name]``), or ``None``.
         max_tokens / min_tokens: bounds on generated tokens (``None``: the run's default, 128 / 0).
-        n: number of samples; only 1 is supported inside programs (use ``s.fork`` for more).
+        n: number of samples (SGLang semantics): with ``n > 1`` the variable is the list of the
+            ``n`` completions and the state's text continues with the first one.
         stop, stop_token_ids, stop_regex: stop conditions; the matched stop is not in the text.
         temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty, repetition_penalty,
             seed, ignore_eos: sampling controls with the native protocol's meaning (§3.2).
@@ -65,21 +66,21 @@ def gen(
     Returns:
         a :class:`~radixlm.lang.ir.Gen` (or :class:`~radixlm.lang.ir.Select`) node.
     Raises:
-        ValueError: ``n`` > 1, an unsupported ``dtype``, or more than one constraint given.
+        ValueError: ``n`` < 1, an unsupported ``dtype``, or more than one constraint given.
         TypeError: a ``json_schema`` of an unsupported type.
     """
     if choices is not None:
         return select(name, choices, temperature=temperature or 0.0,
                       choices_method=choices_method or token_length_normalized)
-    if n not in (None, 1):
-        raise ValueError("gen(n > 1) is not supported inside programs; use s.fork(n)")
+    if n is not None and int(n) < 1:
+        raise ValueError(f"gen(n={n}): n must be >= 1")
     if dtype is not None:
         dtype_to_regex(dtype)  # validate early
     constraints = [c for c in (dtype, regex, json_schema, ebnf) if c is not None]
     if len(constraints) > 1:
         raise ValueError("give at most one of dtype, regex, json_schema, ebnf")
     params = SamplingParams(
-        max_new_tokens=max_tokens, min_new_tokens=min_tokens, stop=stop,
+        max_new_tokens=max_tokens, min_new_tokens=min_tokens, n=n, stop=stop,
         stop_token_ids=stop_token_ids, stop_regex=stop_regex, temperature=temperature, top_p=top_p,
         top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty, repetition_penalty=repetition_penalty,
@@ -91,14 +92,59 @@ def gen(
     return Gen(name, params)
 
 
-def gen_int(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
-    """``gen`` constrained to an integer literal (``-?[0-9]{1,9}``); the value is a string."""
-    return gen(name, max_tokens, dtype=int, **kwargs)
+def _typed_gen(dtype: Any, name: str | None, max_tokens: int | None, n: int | None,
+               kwargs: dict[str, Any]) -> Expr:
+    return gen(name, max_tokens, n=n, dtype=dtype, **kwargs)
 
 
-def gen_string(name: str | None = None, max_tokens: int | None = None, **kwargs: Any) -> Expr:
-    """``gen`` constrained to a double-quoted string literal (quotes included in the value)."""
-    return gen(name, max_tokens, dtype=str, **kwargs)
+def gen_int(
+    name: str | None = None,
+    max_tokens: int | None = None,
+    n: int | None = None,
+    stop: str | list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+    stop_regex: str | list[str] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    ignore_eos: bool | None = None,
+    return_logprob: bool | None = None,
+    logprob_start_len: int | None = None,
+    top_logprobs_num: int | None = None,
+    return_text_in_logprobs: bool | None = None,
+) -> Expr:
+    """``gen`` constrained to an integer (``REGEX_INT``, stops at a space or newline); the value
+    is a string. Arguments as in :func:`gen`."""
+    kw = dict(locals())
+    return _typed_gen(int, kw.pop("name"), kw.pop("max_tokens"), kw.pop("n"), kw)
+
+
+def gen_string(
+    name: str | None = None,
+    max_tokens: int | None = None,
+    n: int | None = None,
+    stop: str | list[str] | None = None,
+    stop_token_ids: list[int] | None = None,
+    stop_regex: str | list[str] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    ignore_eos: bool | None = None,
+    return_logprob: bool | None = None,
+    logprob_start_len: int | None = None,
+    top_logprobs_num: int | None = None,
+    return_text_in_logprobs: bool | None = None,
+) -> Expr:
+    """``gen`` constrained to a double-quoted string of word characters and spaces
+    (``REGEX_STR``, quotes included in the value). Arguments as in :func:`gen`."""
+    kw = dict(locals())
+    return _typed_gen(str, kw.pop("name"), kw.pop("max_tokens"), kw.pop("n"), kw)
 
 
 def select(
@@ -180,3 +226,22 @@ def assistant_end() -> RoleEnd:
 def var_scope(name: str, expr: Any) -> ExprList:
     """Capture all text that ``expr`` appends into variable ``name`` (see also ``s.var_scope``)."""
     return ExprList([VarScopeBegin(name), *as_exprs(expr), VarScopeEnd(name)])
+
+
+def image(expr: Any) -> Expr:
+    """SGLang's image input. Raises NotImplementedError: radixlm serves text-only models."""
+    raise NotImplementedError("sgl.image is not supported: radixlm serves text-only models")
+
+
+def video(path: str, num_frames: int) -> Expr:
+    """SGLang's video input. Raises NotImplementedError: radixlm serves text-only models."""
+    raise NotImplementedError("sgl.video is not supported: radixlm serves text-only models")
+
+
+def separate_reasoning(expr: Any = None, model_type: str | None = None) -> ExprList:
+    """Run ``expr`` (e.g. ``gen("answer")``), then split each named gen/select in it into the
+    answer (``s["answer"]`` and the text) and the ``<think>`` reasoning
+    (``s["answer_reasoning_content"]``). ``model_type="deepseek-r1"``: output without a closing
+    ``</think>`` is all reasoning. Not applied when streaming (as in SGLang)."""
+    inner = [] if expr is None else as_exprs(expr)
+    return ExprList([*inner, SeparateReasoning(model_type, expr)])

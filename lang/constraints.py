@@ -1,8 +1,9 @@
 """Constraint helpers: ``dtype`` -> regex and JSON schema normalization for ``gen``.
 
-The regexes are bounded (at most 9 integer digits, 6 fraction digits, 64 string characters) so the
-token FSM always reaches a state where only EOS is allowed: a constrained generation terminates on
-its own instead of running into ``max_tokens`` mid-value.
+The dtype regexes have SGLang's values (``sglang.lang.ir.REGEX_*``), so programs that import them
+(``from radixlm.lang.ir import REGEX_INT``) build the same constraints.  The integer and float
+patterns allow trailing spaces/newlines; as in SGLang, ``gen(dtype=int|float)`` therefore also stops
+at ``" "`` and ``"\\n"`` (:func:`dtype_stop_strings`), which is how such a generation ends.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-REGEX_INT = r"-?[0-9]{1,9}"
-REGEX_FLOAT = r"-?[0-9]{1,9}(\.[0-9]{1,6})?"
+REGEX_INT = r"[-+]?[0-9]+[ \n]*"
+REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
 REGEX_BOOL = r"(True|False)"
-REGEX_STR = r'"[^"\\\n]{0,64}"'
+REGEX_STR = r"\"[\w\d\s]*\""
 
 _DTYPE_REGEX = {
     int: REGEX_INT, "int": REGEX_INT,
@@ -37,6 +38,11 @@ def dtype_to_regex(dtype: Any) -> str:
         return _DTYPE_REGEX[dtype]
     except (KeyError, TypeError):
         raise ValueError(f"unsupported dtype {dtype!r}; use int, float, bool or str") from None
+
+
+def dtype_stop_strings(dtype: Any) -> list[str]:
+    """Stop strings that ``gen(dtype=...)`` adds (SGLang: ``[" ", "\\n"]`` for int and float)."""
+    return [" ", "\n"] if dtype in (int, "int", float, "float") else []
 
 
 def json_schema_to_str(schema: Any) -> str:

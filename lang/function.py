@@ -8,7 +8,7 @@ fixes arguments, and calling ``f(s, ...)`` from inside another program inlines i
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +24,21 @@ _SAMPLING_KEYS = {f.name for f in fields(SamplingParams)} - {"dtype", "regex", "
 
 def run_defaults(overrides: dict[str, Any]) -> SamplingParams:
     """Run-level default sampling parameters (SGLang's: 128 new tokens, temperature 1.0, ...)."""
-    base = SamplingParams(max_new_tokens=128, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0,
-                          frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False)
+    base = SamplingParams(max_new_tokens=128, n=1, temperature=1.0, top_p=1.0, top_k=-1,
+                          min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False)
     for k, v in overrides.items():
         setattr(base, k, v)
     return base
+
+
+_RUN_SAMPLING = ("max_new_tokens", "n", "stop", "stop_token_ids", "stop_regex", "temperature",
+                 "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "ignore_eos",
+                 "return_logprob", "logprob_start_len", "top_logprobs_num",
+                 "return_text_in_logprobs")
+
+
+def _explicit(local_vars: dict[str, Any]) -> dict[str, Any]:
+    return {k: local_vars[k] for k in _RUN_SAMPLING}
 
 
 def split_run_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -43,7 +53,8 @@ class Function:
     Attributes:
         func: the wrapped Python function; its first parameter is the state ``s``.
         bind_arguments: arguments fixed by :meth:`bind`.
-        num_api_spec_tokens: accepted for SGLang compatibility (API speculative execution); unused.
+        num_api_spec_tokens: API speculative execution (SGLang semantics, used by ``sgl.OpenAI``):
+            the gens of an assistant turn come from one call of up to N tokens.
     """
 
     def __init__(self, func: Callable[..., Any], num_api_spec_tokens: int | None = None,
@@ -78,16 +89,42 @@ class Function:
         first = next(iter(sig.parameters))
         return {k: v for k, v in bound.arguments.items() if k != first}
 
-    def run(self, *args: Any, stream: bool = False, backend: Any = None,
-            **kwargs: Any) -> ProgramState:
-        """Execute the program once.
+    def run(
+        self,
+        *args: Any,
+        max_new_tokens: int = 128,
+        n: int = 1,
+        stop: str | list[str] | None = None,
+        stop_token_ids: list[int] | None = None,
+        stop_regex: str | list[str] | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        min_p: float = 0.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        ignore_eos: bool = False,
+        return_logprob: bool | None = None,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int | None = None,
+        return_text_in_logprobs: bool | None = None,
+        stream: bool = False,
+        backend: Any = None,
+        use_thread: bool = True,
+        **kwargs: Any,
+    ) -> ProgramState:
+        """Execute the program once (SGLang's ``SglFunction.run``).
 
         Args:
-            *args, **kwargs: program arguments; keyword arguments named like sampling parameters
-                (``max_new_tokens``, ``temperature``, ``stop``, ...) become defaults for every
-                ``gen`` of the program instead.
+            *args, **kwargs: program arguments; keyword arguments named like radixlm's other
+                sampling parameters (``min_new_tokens``, ``repetition_penalty``, ``seed``) become
+                defaults too.
+            max_new_tokens .. return_text_in_logprobs: defaults for every ``gen`` of the program
+                (a ``gen``'s own arguments win).
             stream: run the body on its own thread and stream generations (``s.text_iter()``).
-            backend: a Backend, an ``Engine``, or ``None`` for the default (``set_default_backend``).
+            backend: a Backend, ``Engine``, ``Runtime``, or ``None`` for
+                ``global_config.default_backend``.
+            use_thread: False runs every appended node before ``s += ...`` returns.
         Returns:
             the :class:`~radixlm.interpreter.state.ProgramState`; results may still be in flight
             (``s["x"]`` and ``s.text()`` wait for them).
@@ -97,19 +134,47 @@ class Function:
         from radixlm.interpreter.runner import run_program
 
         sampling, program_kwargs = split_run_kwargs(kwargs)
-        return run_program(self, backend, args, program_kwargs, run_defaults(sampling), stream)
+        defaults = run_defaults({**_explicit(locals()), **sampling})
+        return run_program(self, backend, args, program_kwargs, defaults, stream,
+                           use_thread=use_thread)
 
-    def run_batch(self, batch_kwargs: list[Any], *, num_threads: int | str = "auto",
-                  progress_bar: bool = False, backend: Any = None,
-                  **sampling: Any) -> list[ProgramState]:
+    def run_batch(
+        self,
+        batch_kwargs: list[Any],
+        *,
+        max_new_tokens: int = 128,
+        n: int = 1,
+        stop: str | list[str] | None = None,
+        stop_token_ids: list[int] | None = None,
+        stop_regex: str | list[str] | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        min_p: float = 0.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        ignore_eos: bool = False,
+        return_logprob: bool | None = None,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int | None = None,
+        return_text_in_logprobs: bool | None = None,
+        backend: Any = None,
+        num_threads: int | str = "auto",
+        progress_bar: bool = False,
+        generator_style: bool = False,
+        **sampling: Any,
+    ) -> list[ProgramState] | Iterator[ProgramState]:
         """Run the program once per element of ``batch_kwargs`` in parallel, results in order.
 
         Args:
             batch_kwargs: list of dicts of arguments (or of positional-argument tuples).
+            max_new_tokens .. return_text_in_logprobs: as in :meth:`run`; ``**sampling`` takes
+                radixlm's extra sampling defaults (``min_new_tokens``, ``seed``, ...).
+            backend: as in :meth:`run`.
             num_threads: worker threads, or ``"auto"`` (``min(len(batch), 64)``).
             progress_bar: show a tqdm bar.
-            backend: as in :meth:`run`.
-            **sampling: default sampling parameters for every ``gen``.
+            generator_style: return a generator yielding the finished states in input order
+                instead of a list.
         Returns:
             finished program states, ``len == len(batch_kwargs)``, in input order; a program that
             failed has ``error()`` set instead of raising.
@@ -121,8 +186,9 @@ class Function:
         unknown = set(sampling) - _SAMPLING_KEYS
         if unknown:
             raise TypeError(f"unknown run_batch options {sorted(unknown)}")
-        return run_program_batch(self, backend, list(batch_kwargs), run_defaults(sampling),
-                                 num_threads, progress_bar)
+        defaults = run_defaults({**_explicit(locals()), **sampling})
+        return run_program_batch(self, backend, list(batch_kwargs), defaults, num_threads,
+                                 progress_bar, generator_style=generator_style)
 
     def trace(self, *, backend: Any = None, **kwargs: Any) -> TracedProgram:
         """The program's IR, with ``kwargs`` as known arguments (others are placeholders).

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from radixlm.lang.choices import ChoicesSamplingMethod
-from radixlm.lang.constraints import dtype_to_regex
+from radixlm.lang.constraints import (  # noqa: F401 - REGEX_* re-exported as in sglang.lang.ir
+    REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, dtype_stop_strings, dtype_to_regex,
+)
 
 _node_ids = itertools.count()
 
@@ -77,6 +79,7 @@ class SamplingParams:
 
     max_new_tokens: int | None = None
     min_new_tokens: int | None = None
+    n: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     stop_regex: str | list[str] | None = None
@@ -124,12 +127,17 @@ class SamplingParams:
             ValueError: for an unsupported ``dtype``.
         """
         out = {k: getattr(self, k) for k in self._NATIVE_KEYS if getattr(self, k) is not None}
+        if isinstance(out.get("stop"), tuple):
+            out["stop"] = list(out["stop"])
         if self.dtype is not None:
             out["regex"] = dtype_to_regex(self.dtype)
             out.pop("json_schema", None)
             out.pop("ebnf", None)
-        if isinstance(out.get("stop"), tuple):
-            out["stop"] = list(out["stop"])
+            extra = dtype_stop_strings(self.dtype)
+            if extra:
+                stop = out.get("stop") or []
+                stop = [stop] if isinstance(stop, str) else list(stop)
+                out["stop"] = stop + [x for x in extra if x not in stop]
         return out
 
     def request_options(self) -> dict[str, Any]:
@@ -279,3 +287,39 @@ class Join(Expr):
 
     def __str__(self) -> str:
         return f"Join({self.mode!r})"
+
+
+@dataclass(eq=False)
+class SeparateReasoning(Expr):
+    """After ``expr`` ran: move the reasoning part (``<think>...</think>``) of each gen/select
+    variable ``x`` inside it into ``x_reasoning_content`` and keep only the answer in ``x`` and in
+    the text (SGLang's ``separate_reasoning``).  ``model_type`` ``"deepseek-r1"`` treats output
+    without a closing tag as all reasoning."""
+
+    model_type: str | None
+    expr: Any = None
+
+    def __str__(self) -> str:
+        return f"SeparateReasoning({self.model_type!r})"
+
+
+def reasoning_variable(name: str | None) -> str:
+    """Name of the variable receiving ``name``'s reasoning. Raises ValueError for no name."""
+    if not name:
+        raise ValueError("separate_reasoning needs a named gen or select")
+    return f"{name}_reasoning_content"
+
+
+# NOTE: SGLang's IR class names, so ``from radixlm.lang.ir import SglGen`` works like sglang's.
+SglExpr, SglExprList, SglConstantText, SglGen, SglSelect = Expr, ExprList, Constant, Gen, Select
+SglRoleBegin, SglRoleEnd, SglVarScopeBegin, SglVarScopeEnd = RoleBegin, RoleEnd, VarScopeBegin, VarScopeEnd
+SglCommitLazy, SglArgument, SglVariable, SglFork = CommitLazy, Argument, Variable, Fork
+SglSamplingParams, SglSeparateReasoning = SamplingParams, SeparateReasoning
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SglFunction":
+        from radixlm.lang.function import Function
+
+        return Function
+    raise AttributeError(f"module 'radixlm.lang.ir' has no attribute {name!r}")

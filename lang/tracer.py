@@ -52,6 +52,18 @@ class TracerState(StateBase):
         self.nodes.append(Fork(size, [c.nodes for c in children]))
         return TracerForks(children, self)
 
+    def copy(self, position_ids_offset: Any = None) -> Any:
+        """Tracing counterpart of ``ProgramState.copy``."""
+        from contextlib import contextmanager
+
+        @contextmanager
+        def scope() -> Iterator[TracerState]:
+            forks = self.fork(1)
+            yield forks[0]
+            forks.join()
+
+        return scope()
+
     def _stop(self, what: str) -> Any:
         raise StopTracing(f"{what} needs run-time values")
 
@@ -91,11 +103,15 @@ class TracerForks:
 
     def __iadd__(self, other: Any) -> TracerForks:
         for i, st in enumerate(self.states):
-            st += other[i] if isinstance(other, (list, tuple)) else other
+            if isinstance(other, (list, tuple)):
+                st += other[i]
+            else:
+                st += other(i) if callable(other) else other
         return self
 
     def join(self, mode: str = "gather_variable") -> None:
         self.parent.nodes.append(Join(mode))
+
 
 
 @dataclass

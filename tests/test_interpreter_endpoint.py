@@ -380,7 +380,7 @@ def test_fork_cached_tokens_cover_shared_prefix(server, backend):
 def test_run_batch_keeps_order_and_precaches(server, backend):
     lm, _ = server
     backend.flush_cache()
-    preamble = "You are a terse assistant. Examples follow.\n"
+    preamble = "You are a terse assistant. Examples follow, one question per line below.\n"
 
     @sgl.function
     def prog(s, q):
@@ -542,7 +542,7 @@ def test_default_backend(server, backend):
     try:
         assert prog.run()["a"] == greedy_continuation(server[0], "d", 2)
     finally:
-        sgl.interpreter.backend._default_backend = old
+        sgl.global_config.default_backend = old
 
 
 @pytest.mark.parametrize("name", ["json_extraction", "agent_tool_use", "tree_of_thought",
@@ -557,6 +557,6 @@ def test_examples_run_against_a_server(server, monkeypatch, capsys, name):
     try:
         module.main()
     finally:
-        sgl.interpreter.backend._default_backend = old
+        sgl.global_config.default_backend = old
     out = capsys.readouterr().out
     assert "prompt tokens from the prefix cache" in out

@@ -57,11 +57,14 @@ def test_run_defaults_fill_only_unset_fields():
     assert SamplingParams().merged(None).max_new_tokens is None
 
 
+# NOTE: SGLang's REGEX_* values (sglang.lang.ir): trailing spaces/newlines after numbers, \w/\s
+# characters inside strings.
 @pytest.mark.parametrize("dtype,good,bad", [
-    (int, ["0", "-12", "123456789"], ["1.5", "", "+", "1234567890", "a"]),
-    ("float", ["3", "-0.25", "10.5"], ["1.", ".5", "1e3", "x"]),
-    (bool, ["True", "False"], ["true", "1", ""]),
-    (str, ['"hello world"', '""'], ['"unterminated', "plain", '"a"b"', '"line\nbreak"']),
+    (int, ["0", "-12", "+7", "1234567890", "12 ", "5\n"], ["1.5", "", "+", "a", " 1", "1 2"]),
+    ("float", ["3", "-0.25", ".5", "10.5 ", "+1.0"], ["1.", "1e3", "x", "", "1.2.3", "-"]),
+    (bool, ["True", "False"], ["true", "1", "", "TrueFalse"]),
+    (str, ['"hello world"', '""', '"a_1 b"', '"line\nbreak"'],
+     ['"unterminated', "plain", '"a"b"', '"a-b"', "'single'"]),
 ])
 def test_dtype_regexes_accept_exactly_the_literals(dtype, good, bad):
     regex = sgl.gen("x", dtype=dtype).params.to_native()["regex"]
@@ -94,7 +97,7 @@ def test_json_schema_forms():
 
 def test_gen_validation_errors():
     with pytest.raises(ValueError):
-        sgl.gen("x", n=2)
+        sgl.gen("x", n=0)
     with pytest.raises(ValueError):
         sgl.gen("x", regex="a", json_schema={"type": "string"})
     with pytest.raises(ValueError):
@@ -144,12 +147,12 @@ def test_run_without_backend_raises():
         s += "x"
 
     old = sgl.get_default_backend()
-    sgl.interpreter.backend._default_backend = None
+    sgl.global_config.default_backend = None
     try:
         with pytest.raises(RuntimeError, match="no backend"):
             prog.run()
     finally:
-        sgl.interpreter.backend._default_backend = old
+        sgl.global_config.default_backend = old
     with pytest.raises(TypeError):
         prog.run(backend=object())
 
