@@ -7,6 +7,7 @@ while it ends in an incomplete UTF-8 character (U+FFFD).
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 
@@ -20,6 +21,8 @@ class IncrementalDetokenizer:
         skip_special_tokens, spaces_between_special_tokens: passed to ``tokenizer.decode``.
         stop: stop strings; when one appears, :attr:`matched_stop` is set and the text is cut
             before it.
+        stop_regex: patterns searched in the decoded output (``re.search``); the first match
+            ends the text like a stop string, and :attr:`matched_stop` is the pattern (SGLang).
     """
 
     _WINDOW = 5  # prompt tokens used as decoding context
@@ -31,6 +34,7 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         stop: Sequence[str] = (),
+        stop_regex: Sequence[str] = (),
     ) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = list(prompt_ids[-self._WINDOW :])
@@ -39,6 +43,7 @@ class IncrementalDetokenizer:
         self.text = ""
         self.stop = list(stop)
         self.matched_stop: str | None = None
+        self.stop_regex = [re.compile(p) for p in stop_regex or ()]
         self._kw = dict(
             skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens
         )
@@ -70,6 +75,14 @@ class IncrementalDetokenizer:
             if hits:
                 pos, s = min(hits)
                 self.matched_stop = s
+                self.text = self.text[:pos]
+                return self.text[old_len:] if pos > old_len else ""
+        if self.stop_regex:
+            # NOTE: a match may begin before the new text; search the whole (bounded) output.
+            hits = [(m.start(), rx.pattern) for rx in self.stop_regex if (m := rx.search(self.text))]
+            if hits:
+                pos, pattern = min(hits)
+                self.matched_stop = pattern
                 self.text = self.text[:pos]
                 return self.text[old_len:] if pos > old_len else ""
         return new

@@ -42,6 +42,7 @@ class OutputProcessor:
             sp.skip_special_tokens,
             sp.spaces_between_special_tokens,
             sp.stop,
+            sp.stop_regex or (),
         )
 
     def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
@@ -53,6 +54,10 @@ class OutputProcessor:
             if s.end >= req.num_tokens and req.sampling_params.max_new_tokens <= len(req.output_ids):
                 return {"type": "length", "length": len(req.output_ids)}
             return None
+        if token < 0:  # NOTE: the sampler could not sample this row (see sampler.BAD_TOKEN)
+            return {"type": "abort", "status_code": 400,
+                    "message": "sampling failed: the next-token distribution is not finite "
+                               "(check temperature, penalties and the constraint)"}
         req.output_ids.append(token)
         if req.return_logprob:
             req.extra["output_logprobs"].append((out.next_logprob, token, out.next_top))

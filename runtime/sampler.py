@@ -2,6 +2,10 @@
 
 Runs on whatever device the logits live on. Greedy rows (temperature < 1e-6) take the argmax and
 draw no random numbers, so their output never depends on the rest of the batch.
+
+Failures stay in their row: a request whose penalties fail, or whose logits/probabilities are not
+usable (NaN, all ``-inf``, +inf under sampling), gets :data:`BAD_TOKEN` instead of a token, and the
+output processor ends that request with an error; the other rows sample normally.
 """
 
 from __future__ import annotations
@@ -12,22 +16,31 @@ import torch
 
 from radixlm.runtime.request import Req
 
+BAD_TOKEN = -1  # sampled id of a row whose distribution was unusable
+
 
 def apply_penalties(logits: torch.Tensor, reqs: Sequence[Req]) -> None:
     """In place on fp32 ``[B, V]``: OpenAI frequency/presence penalties over the generated tokens,
     and the CTRL repetition penalty (Keskar et al. 2019, HF semantics) over prompt + generated."""
-    vocab = logits.shape[1]
     for i, r in enumerate(reqs):
-        sp = r.sampling_params
-        if (sp.frequency_penalty or sp.presence_penalty) and r.output_ids:
-            out = torch.tensor(r.output_ids, device=logits.device)
-            counts = torch.bincount(out[out < vocab], minlength=vocab).to(logits.dtype)
-            logits[i] -= sp.frequency_penalty * counts + sp.presence_penalty * (counts > 0).to(logits.dtype)
-        if sp.repetition_penalty != 1.0:
-            ids = torch.tensor(sorted(set(r.all_ids)), device=logits.device)
-            ids = ids[ids < vocab]
-            vals = logits[i, ids]
-            logits[i, ids] = torch.where(vals > 0, vals / sp.repetition_penalty, vals * sp.repetition_penalty)
+        try:
+            _penalize_row(logits, i, r)
+        except Exception:  # NOTE: poison the row only; sample() turns it into BAD_TOKEN
+            logits[i] = float("nan")
+
+
+def _penalize_row(logits: torch.Tensor, i: int, r: Req) -> None:
+    vocab = logits.shape[1]
+    sp = r.sampling_params
+    if (sp.frequency_penalty or sp.presence_penalty) and r.output_ids:
+        out = torch.tensor(r.output_ids, device=logits.device)
+        counts = torch.bincount(out[out < vocab], minlength=vocab).to(logits.dtype)
+        logits[i] -= sp.frequency_penalty * counts + sp.presence_penalty * (counts > 0).to(logits.dtype)
+    if sp.repetition_penalty != 1.0:
+        ids = torch.tensor(sorted(set(r.all_ids)), device=logits.device)
+        ids = ids[ids < vocab]
+        vals = logits[i, ids]
+        logits[i, ids] = torch.where(vals > 0, vals / sp.repetition_penalty, vals * sp.repetition_penalty)
 
 
 def block_tokens_before_min(logits: torch.Tensor, reqs: Sequence[Req], eos_ids: Sequence[int]) -> None:
@@ -61,14 +74,23 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     b, vocab = logits.shape
     greedy = [r.sampling_params.is_greedy for r in reqs]
     out = logits.argmax(dim=-1)
+    # NOTE: one reduction for all rows; the per-row branch only runs when something is wrong
+    bad = torch.isnan(logits).any(-1) | ~(logits > float("-inf")).any(-1)
     if all(greedy):
-        return out
+        return _mark_bad(out, bad)
     sp = [r.sampling_params for r in reqs]
-    temp = torch.tensor([max(p.temperature, 1e-6) for p in sp], device=logits.device, dtype=logits.dtype)
-    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in sp], device=logits.device)
-    top_p = torch.tensor([p.top_p for p in sp], device=logits.device, dtype=logits.dtype)
-    min_p = torch.tensor([p.min_p for p in sp], device=logits.device, dtype=logits.dtype)
+    try:
+        temp = torch.tensor([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], device=logits.device,
+                            dtype=logits.dtype)
+        top_k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], device=logits.device)
+        top_p = torch.tensor([float(p.top_p) for p in sp], device=logits.device, dtype=logits.dtype)
+        min_p = torch.tensor([float(p.min_p) for p in sp], device=logits.device, dtype=logits.dtype)
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # a bad value in some row
+        return _sample_rows(logits, reqs, generator)
     probs = _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
+    sampled = ~torch.tensor(greedy, device=logits.device)
+    bad = bad | (sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
+    probs = torch.where(bad[:, None], 1.0, probs)  # NOTE: placeholder so multinomial takes the batch
     # NOTE: unseeded rows share one draw; seeded rows draw from their own generator.
     shared = [i for i, r in enumerate(reqs) if not greedy[i] and "generator" not in r.extra]
     if shared:
@@ -77,6 +99,21 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     for i, r in enumerate(reqs):
         if not greedy[i] and "generator" in r.extra:
             out[i] = torch.multinomial(probs[i], 1, generator=r.extra["generator"])[0]
+    return _mark_bad(out, bad)
+
+
+def _mark_bad(out: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    return torch.where(bad, BAD_TOKEN, out)  # NOTE: no host sync (overlap scheduling)
+
+
+def _sample_rows(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None) -> torch.Tensor:
+    """Slow path: sample each row alone so a row whose parameters fail gets BAD_TOKEN."""
+    out = torch.empty(len(reqs), dtype=torch.int64, device=logits.device)
+    for i, r in enumerate(reqs):
+        try:
+            out[i] = sample(logits[i : i + 1], [r], generator)[0]
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            out[i] = BAD_TOKEN
     return out
 
 

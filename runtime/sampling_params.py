@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 GREEDY_EPS = 1e-6  # temperature below this means greedy (argmax)
+MAX_INT = 2**31 - 1  # bound of integer fields (token counts, top_k, token ids)
 
 
 @dataclass
@@ -14,7 +17,9 @@ class SamplingParams:
 
     ``temperature`` < 1e-6 is greedy. ``top_k`` = -1 disables top-k; ``top_p`` = 1 and
     ``min_p`` = 0 disable theirs. ``max_new_tokens`` = 0 is a prefill-only request. ``stop`` is a
-    string or list of strings trimmed from the output; ``stop_token_ids`` end generation like EOS.
+    string or list of strings trimmed from the output; ``stop_token_ids`` end generation like EOS;
+    ``stop_regex`` (pattern or list) ends it when a pattern matches the decoded output, which is
+    cut where the match starts (finish reason ``{"type": "stop", "matched": pattern}``).
     ``seed`` makes sampling reproducible per request. ``regex``/``json_schema``/``ebnf`` constrain
     decoding (at most one). Unknown keys passed to :meth:`from_dict` are ignored.
     :meth:`validate` raises ``ValueError`` naming the offending field.
@@ -25,7 +30,7 @@ class SamplingParams:
     n: int = 1
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
-    stop_regex: str | list[str] | None = None
+    stop_regex: list[str] | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -51,6 +56,9 @@ class SamplingParams:
             sp.stop = [sp.stop]
         sp.stop = [s for s in (sp.stop or []) if s]
         sp.stop_token_ids = list(sp.stop_token_ids or [])
+        if isinstance(sp.stop_regex, str):
+            sp.stop_regex = [sp.stop_regex]
+        sp.stop_regex = [p for p in (sp.stop_regex or []) if p] or None
         if isinstance(sp.json_schema, dict):
             import json
 
@@ -63,6 +71,25 @@ class SamplingParams:
         return self.temperature < GREEDY_EPS
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field of a wrong type or out of range (floats
+        must be finite; ints are bounded so that tensors built from them cannot overflow)."""
+        for name in ("max_new_tokens", "min_new_tokens", "n", "top_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_INT:
+                raise ValueError(f"sampling_params.{name}={v!r} must be an integer in range")
+        for name in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"sampling_params.{name}={v!r} must be a finite number")
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t <= MAX_INT for t in self.stop_token_ids):
+            raise ValueError("sampling_params.stop_token_ids must be non-negative token ids")
+        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63 - self.n):
+            raise ValueError(f"sampling_params.seed={self.seed!r} must be an integer in [0, 2**63 - n)")
+        for p in self.stop_regex or []:
+            try:
+                re.compile(p)
+            except (re.error, TypeError, RecursionError, OverflowError) as e:
+                raise ValueError(f"sampling_params.stop_regex {p!r:.60} is invalid: {e}") from None
         checks = [
             ("max_new_tokens", self.max_new_tokens >= 0),
             ("min_new_tokens", 0 <= self.min_new_tokens),
@@ -73,7 +100,7 @@ class SamplingParams:
             ("min_p", 0 <= self.min_p <= 1),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2),
             ("presence_penalty", -2 <= self.presence_penalty <= 2),
-            ("repetition_penalty", 0 < self.repetition_penalty <= 2),
+            ("repetition_penalty", 0.01 <= self.repetition_penalty <= 2),
         ]
         for name, ok in checks:
             if not ok:

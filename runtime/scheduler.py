@@ -20,6 +20,7 @@ from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.output_processor import OutputProcessor
 from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import SchedulePolicy
+from radixlm.runtime.scheduler_recovery import abort_everything, pick_decode_reqs, recover_failed_batch
 from radixlm.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Scheduler:
         self.chunked_req: Req | None = None
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.stats = SchedulerStats()
+        self.isolate_turn = 0  # alternation of isolated decode steps (scheduler_recovery)
 
     # ------------------------------------------------------------------ API
     def add_request(self, req: Req) -> None:
@@ -98,6 +100,9 @@ class Scheduler:
             raise ValueError(
                 f"the prompt has {len(req.origin_input_ids)} tokens; the context length is {self.runner.context_len}"
             )
+        vocab = self.runner.cfg.vocab_size
+        if min(req.origin_input_ids) < 0 or max(req.origin_input_ids) >= vocab:
+            raise ValueError(f"input_ids must be token ids in [0, {vocab})")
         if len(req.origin_input_ids) + 1 > self.allocator.size:
             raise ValueError(f"the prompt needs more KV slots than the pool has ({self.allocator.size})")
         req.extra.setdefault("max_total", min(total, self.runner.context_len))
@@ -145,25 +150,19 @@ class Scheduler:
     def _run_batch(self, batch: ScheduleBatch) -> list[Req]:
         self._checked_idle = False
         self.cur_batch = batch
-        outs = self.runner.run(batch)
+        try:
+            outs = self.runner.run(batch)
+        except Exception as e:  # NOTE: confine the failure to the request that caused it
+            logger.exception("batch of %d failed", len(batch.slices))
+            self.cur_batch = None
+            return recover_failed_batch(self, batch, e)
         touched = self._process(batch, outs)
         self.cur_batch = None
         return touched
 
     def abort_all(self, message: str) -> list[Req]:
         """Abort every queued, running and in-flight request (e.g. after a failed step)."""
-        reqs = list(self.waiting) + list(self.running) + ([self.chunked_req] if self.chunked_req else [])
-        if self.cur_batch is not None:
-            for sl in self.cur_batch.slices:  # slots of slices that never completed
-                if sl.req.kv_len < sl.end and sl.req.req_pool_idx is not None:
-                    self.allocator.free(self.req_to_token_pool.read(sl.req.req_pool_idx, sl.end, sl.start))
-            reqs += [r for r in self.cur_batch.reqs if r not in reqs and not r.finished]
-            self.cur_batch = None
-        self.waiting, self.running, self.chunked_req = [], [], None
-        for req in reqs:
-            if not req.finished:
-                self._finish(req, {"type": "abort", "message": message}, holds_kv=req.req_pool_idx is not None)
-        return reqs
+        return abort_everything(self, message)
 
     def server_info(self) -> dict:
         """Live counters: pool size and usage, cache hit rate, token counts, retractions."""
@@ -178,6 +177,9 @@ class Scheduler:
             "num_retracted": st.num_retracted,
             "kv_available_tokens": self.allocator.available_size(),
             "kv_evictable_tokens": self.tree_cache.evictable_size(),
+            # NOTE: one row is the model runner's reserved padding row
+            "req_rows_available": self.req_to_token_pool.available_size(),
+            "req_rows_total": self.req_to_token_pool.size - 1,
         }
 
     def flush_cache(self) -> bool:
@@ -189,7 +191,8 @@ class Scheduler:
 
     # ------------------------------------------------------------ admission
     def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
-        remaining = sum(max(r.sampling_params.max_new_tokens - len(r.output_ids), 0) for r in reqs)
+        remaining = sum(max(min(r.sampling_params.max_new_tokens, r.extra.get("max_total", 0) - len(r.origin_input_ids))
+                            - len(r.output_ids), 0) for r in reqs)
         return int(remaining * self.new_token_ratio)
 
     def _available(self) -> int:
@@ -231,7 +234,14 @@ class Scheduler:
             budget -= s.length
         self.policy.calc_priority(self.waiting)
         num_running = len(self.running) + len(slices)
-        for req in list(self.waiting):
+        isolated = next((r for r in self.waiting if r.extra.get("isolate")), None)
+        if isolated is not None and not slices:  # NOTE: a request under suspicion prefills alone
+            candidates = [isolated]
+        elif any(s.req.extra.get("isolate") for s in slices):
+            candidates = []
+        else:
+            candidates = [r for r in self.waiting if not r.extra.get("isolate")]
+        for req in candidates:
             if budget <= 0 or self.chunked_req is not None:
                 break
             if num_running + len(admitted) >= self.args.max_running_requests:
@@ -254,6 +264,8 @@ class Scheduler:
             assert s is not None
             slices.append(s)
             budget -= s.length
+            if req.extra.get("isolate"):
+                break
         if not slices:
             return None
         return self._finalize(ScheduleBatch(ForwardMode.EXTEND, slices))
@@ -310,11 +322,16 @@ class Scheduler:
             self._retract(need)
         if not self.running:
             return None
-        reqs = [r for r in self.running if not r.extra.get("needs_extend")]
+        reqs = pick_decode_reqs(self, [r for r in self.running if not r.extra.get("needs_extend")])
         if not reqs:
             return None
         slots = self._alloc(len(reqs))
-        assert slots is not None, "KV accounting error: decode slots unavailable after retraction"
+        if slots is None:  # NOTE: one request alone outgrew the pool: it ends, the server goes on
+            req = self.running.pop(0)
+            self._finish(req, {"type": "abort", "status_code": 503, "message": "the KV cache pool is exhausted"},
+                         holds_kv=True)
+            self._aborted.append(req)
+            return None
         # NOTE: one allocation and one table write for the whole batch (host overhead per step).
         self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len for r in reqs], slots)
         slices = [ReqSlice(req, req.kv_len, req.kv_len + 1, True) for req in reqs]
@@ -349,7 +366,11 @@ class Scheduler:
                 self.allocator.free(batch.out_cache_loc[i : i + 1])
                 continue
             req.kv_len = s.end
-            reason = self.output_processor.process(req, s, out)
+            try:
+                reason = self.output_processor.process(req, s, out)
+            except Exception as e:  # NOTE: a postprocessing error ends only this request
+                logger.exception("postprocessing request %s failed", req.rid)
+                reason = {"type": "abort", "status_code": 500, "message": f"internal error: {type(e).__name__}: {e}"}
             if out.next_token_id is not None:
                 self.stats.generated_tokens += 1
             if s.end >= len(req.origin_input_ids):

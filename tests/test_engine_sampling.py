@@ -213,13 +213,22 @@ def test_default_model_is_created_on_first_use():
         assert e.generate("The capital of France is", {"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
 
 
-def test_failed_step_aborts_requests_and_frees_kv(tiny_llama):
-    """An exception inside a forward pass aborts the requests in flight, frees their KV and
-    leaves the engine serving."""
+def _pool_is_back(e: Engine) -> None:
+    assert e.flush_cache()
+    info = e.get_server_info()
+    assert info["kv_available_tokens"] == info["max_total_num_tokens"]
+    assert info["req_rows_available"] == info["req_rows_total"]
+
+
+BATCH = [PROMPT, "import os", "class A:"]
+
+
+def test_failed_step_is_retried_per_request(tiny_llama, engine):
+    """A transient exception inside a batch's forward pass: every request is retried alone and
+    finishes with the output it has alone; nothing leaks."""
+    alone = [engine.generate(p, GREEDY)["output_ids"] for p in BATCH]
     with Engine(tiny_llama, device="cpu", max_total_tokens=1024) as e:
-        runner = e.runner
-        real_run = runner.run
-        calls = {"n": 0}
+        real_run, calls = e.runner.run, {"n": 0}
 
         def flaky(batch):
             calls["n"] += 1
@@ -227,14 +236,57 @@ def test_failed_step_aborts_requests_and_frees_kv(tiny_llama):
                 raise RuntimeError("injected failure")
             return real_run(batch)
 
-        runner.run = flaky
-        out = e.generate([PROMPT, "import os"], GREEDY)
-        assert all(o["meta_info"]["finish_reason"]["type"] == "abort" for o in out)
-        assert "injected failure" in out[0]["meta_info"]["finish_reason"]["message"]
-        assert e.generate(PROMPT, GREEDY)["meta_info"]["finish_reason"]["type"] == "length"
-        assert e.flush_cache()
-        info = e.get_server_info()
-        assert info["kv_available_tokens"] == info["max_total_num_tokens"]
+        e.runner.run = flaky
+        out = e.generate(BATCH, GREEDY)
+        assert [o["output_ids"] for o in out] == alone
+        assert all(o["meta_info"]["finish_reason"]["type"] == "length" for o in out)
+        _pool_is_back(e)
+
+
+def test_poisoned_request_fails_alone(tiny_llama, engine):
+    """A request that always breaks the step (here: the runner raises whenever it is in the
+    batch) ends with an error status; the others finish as if alone; nothing leaks."""
+    alone = [engine.generate(p, GREEDY)["output_ids"] for p in BATCH]
+    with Engine(tiny_llama, device="cpu", max_total_tokens=1024) as e:
+        real_run = e.runner.run
+
+        def poisoned(batch):
+            if any(r.rid == "bad" for r in batch.reqs) and any(len(r.output_ids) >= 2 for r in batch.reqs):
+                raise OverflowError("injected poison")
+            return real_run(batch)
+
+        e.runner.run = poisoned
+        out = e.generate(BATCH + ["bad prompt"], GREEDY, rid=["a", "b", "c", "bad"])
+        assert [o["output_ids"] for o in out[:3]] == alone
+        reason = out[3]["meta_info"]["finish_reason"]
+        assert reason["type"] == "abort" and reason["status_code"] == 500 and "injected poison" in reason["message"]
+        assert e.generate(PROMPT, GREEDY)["output_ids"] == alone[0]
+        _pool_is_back(e)
+
+
+@pytest.mark.parametrize("field, value", [("repetition_penalty", 1e-300), ("top_k", 2**64),
+                                          ("temperature", float("inf")), ("top_p", float("nan"))])
+def test_poisoned_sampling_value_fails_alone(tiny_llama, engine, field, value):
+    """A sampling value that slipped past validation breaks only its own row of the sampler."""
+    alone = [engine.generate(p, GREEDY)["output_ids"] for p in BATCH]
+    with Engine(tiny_llama, device="cpu", max_total_tokens=1024) as e:
+        sampled = {"max_new_tokens": 24, "temperature": 1.0, "ignore_eos": True}
+        reqs = e._make_reqs(BATCH + ["poison"], [GREEDY] * 3 + [sampled], None, False, None, None, None)[1]
+        object.__setattr__(reqs[3][0].sampling_params, field, value)  # NOTE: bypasses validation
+        import queue
+
+        done: queue.Queue = queue.Queue()
+        for (r,) in reqs:
+            r.extra["sink"] = lambda req: done.put(req) if req.finished else None
+            e._inbox.put(("add", r))
+        got = {r.rid: r for r in (done.get(timeout=60) for _ in reqs)}
+        assert [got[r.rid].output_ids for (r,) in reqs[:3]] == alone
+        bad = got[reqs[3][0].rid].finish_reason
+        if field in ("temperature", "top_k"):  # absorbed: uniform sampling / no top-k limit
+            assert bad["type"] == "length"
+        else:
+            assert bad["type"] == "abort" and bad["status_code"] in (400, 500), bad
+        _pool_is_back(e)
 
 
 def test_overlap_schedule_matches_plain_engine(tiny_llama, engine):
