@@ -2,13 +2,16 @@
 
 Layout (``runtime/memory.py``): ``k_buffer``/``v_buffer`` are ``[num_slots + 1, kv_heads, D]``;
 ``req_to_token[req_pool_indices[b], pos]`` is the slot of position ``pos`` of request ``b``.
-Request ``b`` attends to positions ``[0, seq_lens[b])`` (its current token's KV already stored).
+Request ``b`` attends to positions ``[0, seq_lens[b])`` (its current token's KV already stored), or
+with a sliding ``window`` W > 0 to the last W of them, ``[max(0, seq_lens[b] - W), seq_lens[b])``
+(HF's convention: W keys including the query's own).
 
 Kernel: split-KV ("flash-decoding"). Stage 1 runs one program per (request, kv head, split); the
 program holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot``), walks its
 slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. Stage
-2 merges the splits per (request, head). With one split, stage 1 writes the output directly. Splits are computed per request from ``seq_lens`` on the
-device, so ``num_kv_splits`` is a launch constant that CUDA graphs can capture.
+2 merges the splits per (request, head). With one split, stage 1 writes the output directly.
+Splits are computed per request from ``seq_lens`` (and the window) on the device, so
+``num_kv_splits`` and ``window`` are launch arguments that CUDA graphs can capture.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def decode_attention_ref(
     sm_scale: float,
     num_kv_splits: int | None = None,
     out: torch.Tensor | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """Torch reference (fp32 math, one request at a time). Same contract as :func:`decode_attention`.
 
@@ -48,8 +52,9 @@ def decode_attention_ref(
         if L == 0:
             o[b].zero_()
             continue
-        slots = req_to_token[int(rows[b]), :L].long()
-        k = k_buffer[slots].float()  # [L, KH, D]
+        lo = max(0, L - window) if window > 0 else 0
+        slots = req_to_token[int(rows[b]), lo:L].long()
+        k = k_buffer[slots].float()  # [L - lo, KH, D]
         v = v_buffer[slots].float()
         qb = q[b].float().view(KH, G, D)
         s = torch.einsum("kgd,lkd->kgl", qb, k) * sm_scale
@@ -59,10 +64,18 @@ def decode_attention_ref(
 
 
 @triton.jit
+def _kv_range(seq_lens_ptr, b, window):
+    """``(lo, hi)``: the positions request ``b`` attends to (the last ``window`` when ``window > 0``)."""
+    hi = tl.load(seq_lens_ptr + b).to(tl.int32)
+    lo = tl.where(window > 0, tl.maximum(hi - window, 0), 0)
+    return lo, hi
+
+
+@triton.jit(do_not_specialize=["window"])
 def _decode_stage1(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr,
     mid_o_ptr, mid_lse_ptr,
-    qk_scale, num_kv_splits,
+    qk_scale, num_kv_splits, window,
     stride_qb, stride_qh,
     stride_ks, stride_kh,
     stride_vs, stride_vh,
@@ -78,11 +91,11 @@ def _decode_stage1(
     kvh = tl.program_id(1)
     split = tl.program_id(2)
 
-    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
+    lo, hi = _kv_range(seq_lens_ptr, b, window)
     # Splits are whole BLOCK_N tiles, so a short sequence occupies few splits (the rest exit).
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N
-    start = split * split_len
-    end = tl.minimum(start + split_len, seq_len)
+    split_len = tl.cdiv(tl.cdiv(hi - lo, num_kv_splits), BLOCK_N) * BLOCK_N
+    start = lo + split * split_len
+    end = tl.minimum(start + split_len, hi)
     offs_g = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     mask_g = offs_g < GROUP
@@ -131,10 +144,10 @@ def _decode_stage1(
             tl.store(mo, zero, mask=mask_g[:, None] & mask_d[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["window"])
 def _decode_stage2(
     mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr,
-    num_kv_splits,
+    num_kv_splits, window,
     stride_mob, stride_moh, stride_mos,
     stride_mlb, stride_mlh,
     stride_ob, stride_oh,
@@ -142,8 +155,8 @@ def _decode_stage2(
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
-    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_kv_splits), BLOCK_N) * BLOCK_N  # as in stage 1
+    lo, hi = _kv_range(seq_lens_ptr, b, window)
+    split_len = tl.cdiv(tl.cdiv(hi - lo, num_kv_splits), BLOCK_N) * BLOCK_N  # as in stage 1
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
 
@@ -153,7 +166,7 @@ def _decode_stage2(
     mo = mid_o_ptr + b * stride_mob + h * stride_moh
     ml = mid_lse_ptr + b * stride_mlb + h * stride_mlh
     for split in range(0, num_kv_splits):
-        if split * split_len < seq_len:
+        if split * split_len < hi - lo:
             lse = tl.load(ml + split)
             part = tl.load(mo + split * stride_mos + offs_d, mask=mask_d, other=0.0)
             m_new = tl.maximum(m_i, lse)
@@ -189,6 +202,7 @@ def decode_attention(
     sm_scale: float,
     num_kv_splits: int | None = None,
     out: torch.Tensor | None = None,
+    window: int = 0,
     block_n: int = 64,
     num_warps: int = 4,
     num_stages: int = 3,
@@ -204,6 +218,7 @@ def decode_attention(
         sm_scale: softmax scale (usually ``D ** -0.5``).
         num_kv_splits: splits of each sequence (default :func:`default_num_kv_splits`).
         out: optional ``[B, H, D]`` output buffer (e.g. a CUDA-graph static tensor).
+        window: sliding window in keys (the query's own included); ``<= 0`` attends to all.
         block_n, num_warps, num_stages: tuning knobs of stage 1.
 
     Returns:
@@ -218,6 +233,7 @@ def decode_attention(
     assert req_to_token.dtype == torch.int32 and req_to_token.dim() == 2 and req_to_token.stride(1) == 1
     assert req_pool_indices.shape == (B,) and seq_lens.shape == (B,), (req_pool_indices.shape, seq_lens.shape)
     assert req_pool_indices.dtype in (torch.int32, torch.int64) and seq_lens.dtype in (torch.int32, torch.int64)
+    assert isinstance(window, int), f"window must be an int, got {type(window).__name__}"
     check_triton(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     if out is None:
         out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
@@ -238,7 +254,7 @@ def decode_attention(
     )
     if S == 1:
         _decode_stage1[(B, KH, 1)](
-            *head, out, out, sm_scale * _LOG2E, 1, *strides,
+            *head, out, out, sm_scale * _LOG2E, 1, max(window, 0), *strides,
             out.stride(0), out.stride(1), 0, 0, 0,
             ONE_SPLIT=True, **common,
         )
@@ -246,14 +262,14 @@ def decode_attention(
     mid_o = torch.empty((B, H, S, D), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
     _decode_stage1[(B, KH, S)](
-        *head, mid_o, mid_lse, sm_scale * _LOG2E, S, *strides,
+        *head, mid_o, mid_lse, sm_scale * _LOG2E, S, max(window, 0), *strides,
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
         mid_lse.stride(0), mid_lse.stride(1),
         ONE_SPLIT=False, **common,
     )
     _decode_stage2[(B, H)](
         mid_o, mid_lse, out, seq_lens,
-        S,
+        S, max(window, 0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
         mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1),

@@ -5,11 +5,15 @@ rows ``[extend_start_loc[b], extend_start_loc[b] + extend_lens[b])`` of ``q``. T
 ``prefix_len + extend_len`` positions (new tokens included) is already in the pool and is read
 through ``req_to_token``. New token ``i`` (position ``prefix_len + i``) attends to positions
 ``[0, prefix_len + i]``: the whole prefix plus causally to the new tokens. This is what makes a
-radix-cache hit cheap: only the new tokens are computed.
+radix-cache hit cheap: only the new tokens are computed. With a sliding ``window`` W > 0 it attends
+only to the last W of those, ``(prefix_len + i - W, prefix_len + i]`` (HF's convention: W keys
+including its own).
 
 Kernel: flash attention (online softmax) with one program per (query head, block of new tokens,
 request); head is the fastest grid axis so the heads of a GQA group read the same K/V tiles
-through L2. Keys before the block's first query position need no mask; the diagonal tail does.
+through L2. A block of queries walks three key ranges: the window's left edge (masked; empty
+without a window), keys every query of the block sees (no mask), and the diagonal tail (masked).
+Tiles before the window's left edge are skipped, so windowed layers cost O(new tokens * W).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def extend_attention_ref(
     sm_scale: float,
     max_extend_len: int | None = None,
     out: torch.Tensor | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """Torch reference (fp32 math, one request at a time). Same contract as :func:`extend_attention`."""
     T, H, D = q.shape
@@ -49,7 +54,11 @@ def extend_attention_ref(
         v = v_buffer[slots].float()
         qb = q[s0 : s0 + E].float().view(E, KH, G, D)
         s = torch.einsum("ekgd,lkd->kgel", qb, k) * sm_scale  # [KH, G, E, P+E]
-        allowed = torch.arange(P + E, device=q.device)[None, :] <= (P + torch.arange(E, device=q.device))[:, None]
+        key_pos = torch.arange(P + E, device=q.device)[None, :]
+        q_pos = (P + torch.arange(E, device=q.device))[:, None]
+        allowed = key_pos <= q_pos
+        if window > 0:
+            allowed &= key_pos > q_pos - window
         s = s.masked_fill(~allowed, float("-inf"))
         p = torch.softmax(s, dim=-1)
         ob = torch.einsum("kgel,lkd->ekgd", p, v).reshape(E, H, D)
@@ -58,10 +67,45 @@ def extend_attention_ref(
 
 
 @triton.jit
+def _attend_tile(
+    q, acc, m_i, l_i, n0, row_ptr, k_base, v_base, stride_ks, stride_vs, qk_scale,
+    offs_m, offs_n, offs_d, mask_d, P, tail_end, window,
+    MASKED: tl.constexpr, IEEE: tl.constexpr,
+):
+    """One key tile ``[n0, n0 + BLOCK_N)`` of the online softmax; returns ``(acc, m_i, l_i)``.
+
+    MASKED: apply the causal and window masks (a row may then see no key of the tile, so the
+    running max is guarded against ``-inf - -inf``); otherwise every key is valid for every row."""
+    pos = n0 + offs_n
+    if MASKED:
+        mask_n = pos < tail_end
+        slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
+        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_n[None, :] & mask_d[:, None], other=0.0)
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+        q_pos = P + offs_m[:, None]
+        allowed = (pos[None, :] <= q_pos) & mask_n[None, :]
+        allowed = allowed & ((window <= 0) | (pos[None, :] > q_pos - window))
+        s = tl.where(allowed, dot(q, k, IEEE) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        slots = tl.load(row_ptr + pos).to(tl.int64)
+        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_d[:, None], other=0.0)
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0)
+        s = dot(q, k, IEEE) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = m_new
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
+    return acc, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit(do_not_specialize=["window"])
 def _extend_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, req_to_token_ptr,
     req_idx_ptr, prefix_lens_ptr, extend_lens_ptr, extend_start_ptr,
-    qk_scale,
+    qk_scale, window,
     stride_qt, stride_qh,
     stride_ks, stride_kh,
     stride_vs, stride_vh,
@@ -97,45 +141,29 @@ def _extend_kernel(
         k_base = k_ptr + kvh * stride_kh
         v_base = v_ptr + kvh * stride_vh
 
-        # Keys below every query of the block: no causal mask, full tiles only.
-        full_end = ((P + m0) // BLOCK_N) * BLOCK_N
-        for n0 in range(0, full_end, BLOCK_N):
-            slots = tl.load(row_ptr + n0 + offs_n).to(tl.int64)
-            k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_d[:, None], other=0.0)
-            s = dot(q, k, IEEE) * qk_scale
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0)
-            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
-
-        # Diagonal tail: positions up to the block's last query, causal mask.
-        tail_end = P + tl.minimum(m0 + BLOCK_M, E)
-        for n0 in range(full_end, tail_end, BLOCK_N):
-            pos = n0 + offs_n
-            mask_n = pos < tail_end
-            slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
-            k = tl.load(
-                k_base + slots[None, :] * stride_ks + offs_d[:, None],
-                mask=mask_n[None, :] & mask_d[:, None], other=0.0,
+        tail_end = P + tl.minimum(m0 + BLOCK_M, E)  # one past the block's last query position
+        full_end = ((P + m0) // BLOCK_N) * BLOCK_N  # keys below: causally visible to every query
+        # With a window: lo = first tile any query of the block sees; mid = first tile inside the
+        # window of every query of the block. Without one both are 0.
+        lo = tl.where(window > 0, (tl.maximum(P + m0 - window + 1, 0) // BLOCK_N) * BLOCK_N, 0)
+        mid = tl.where(window > 0, tl.minimum(tl.cdiv(tl.maximum(tail_end - window, 0), BLOCK_N) * BLOCK_N, full_end), 0)
+        for n0 in range(lo, mid, BLOCK_N):  # window's left edge
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, n0, row_ptr, k_base, v_base, stride_ks, stride_vs, qk_scale,
+                offs_m, offs_n, offs_d, mask_d, P, tail_end, window, MASKED=True, IEEE=IEEE,
             )
-            s = dot(q, k, IEEE) * qk_scale
-            allowed = (pos[None, :] <= P + offs_m[:, None]) & mask_n[None, :]
-            s = tl.where(allowed, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            v = tl.load(
-                v_base + slots[:, None] * stride_vs + offs_d[None, :],
-                mask=mask_n[:, None] & mask_d[None, :], other=0.0,
+        for n0 in range(mid, full_end, BLOCK_N):  # no mask, full tiles only
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, n0, row_ptr, k_base, v_base, stride_ks, stride_vs, qk_scale,
+                offs_m, offs_n, offs_d, mask_d, P, tail_end, window, MASKED=False, IEEE=IEEE,
             )
-            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
+        for n0 in range(full_end, tail_end, BLOCK_N):  # diagonal tail
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, n0, row_ptr, k_base, v_base, stride_ks, stride_vs, qk_scale,
+                offs_m, offs_n, offs_d, mask_d, P, tail_end, window, MASKED=True, IEEE=IEEE,
+            )
 
-        out = acc / l_i[:, None]
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # rows past E (not stored) may see no key
         tl.store(
             o_ptr + (q0 + offs_m[:, None]) * stride_ot + h * stride_oh + offs_d[None, :],
             out.to(o_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :],
@@ -154,6 +182,7 @@ def extend_attention(
     sm_scale: float,
     max_extend_len: int | None = None,
     out: torch.Tensor | None = None,
+    window: int = 0,
     block_m: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
@@ -171,6 +200,7 @@ def extend_attention(
         sm_scale: softmax scale.
         max_extend_len: ``max(extend_lens)`` if the caller knows it (saves a device sync).
         out: optional ``[T, H, D]`` output buffer.
+        window: sliding window in keys (the query's own included); ``<= 0`` attends to all.
         block_m, block_n, num_warps, num_stages: tuning knobs.
 
     Returns:
@@ -187,6 +217,7 @@ def extend_attention(
     for t in (prefix_lens, extend_lens, extend_start_loc):
         assert t.shape == (B,) and t.dtype in (torch.int32, torch.int64), (t.shape, t.dtype)
     assert req_pool_indices.dtype in (torch.int32, torch.int64)
+    assert isinstance(window, int), f"window must be an int, got {type(window).__name__}"
     check_triton(q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -210,7 +241,7 @@ def extend_attention(
     _extend_kernel[grid](
         q, k_buffer, v_buffer, out, req_to_token,
         req_pool_indices, prefix_lens, extend_lens, extend_start_loc,
-        sm_scale * _LOG2E,
+        sm_scale * _LOG2E, max(window, 0),
         q.stride(0), q.stride(1),
         k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1),

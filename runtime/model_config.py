@@ -21,7 +21,10 @@ class ModelConfig:
 
     Attributes mirror the HF names; ``head_dim`` defaults to ``hidden_size // num_attention_heads``.
     ``rope_scaling`` is the HF dict (``{"rope_type": "llama3", "factor": 8.0, ...}``) or ``None``.
-    Raises ``ValueError`` from ``__post_init__`` on inconsistent shapes.
+    ``sliding_window`` (HF semantics): a query at position ``p`` attends to keys ``(p - W, p]``, i.e.
+    ``W`` keys including itself; ``None`` = full attention. ``layer_types`` names each layer
+    ``"full_attention"`` or ``"sliding_attention"``; ``None`` with a window = every layer windowed.
+    Raises ``ValueError`` from ``__post_init__`` on inconsistent shapes or window settings.
     """
 
     architecture: str
@@ -40,6 +43,7 @@ class ModelConfig:
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
     torch_dtype: str | None = None
@@ -54,6 +58,18 @@ class ModelConfig:
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
+        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
+            raise ValueError(f"sliding_window must be a positive int or None, got {self.sliding_window!r}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_hidden_layers:
+                raise ValueError(
+                    f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
+                )
+            unknown = set(self.layer_types) - {"full_attention", "sliding_attention"}
+            if unknown:
+                raise ValueError(f"unsupported layer_types {sorted(unknown)}; supported: full_attention, sliding_attention")
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types asks for sliding_attention but no sliding_window is set")
 
     @property
     def q_size(self) -> int:
@@ -62,6 +78,14 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.num_key_value_heads * self.head_dim
+
+    @property
+    def layer_windows(self) -> tuple[int, ...]:
+        """Per layer, the attention window in keys (0 = full causal attention)."""
+        if self.sliding_window is None:
+            return (0,) * self.num_hidden_layers
+        types = self.layer_types or ("sliding_attention",) * self.num_hidden_layers
+        return tuple(self.sliding_window if t == "sliding_attention" else 0 for t in types)
 
     @classmethod
     def from_hf_dict(cls, cfg: dict[str, Any]) -> "ModelConfig":
@@ -97,7 +121,7 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
             qk_norm=arch == "Qwen3ForCausalLM",
-            sliding_window=cfg.get("sliding_window") if cfg.get("use_sliding_window") else None,
+            **_sliding_window(arch, cfg),
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos_ids,
             torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"),
@@ -108,3 +132,30 @@ class ModelConfig:
         """Read ``path/config.json``. Raises ``FileNotFoundError`` when it is missing."""
         with open(os.path.join(path, "config.json")) as f:
             return cls.from_hf_dict(json.load(f))
+
+
+def _sliding_window(arch: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``sliding_window``/``layer_types`` where transformers applies them.
+
+    Mistral: ``sliding_window`` on every layer (HF's default is 4096 when the key is absent; ``null``
+    turns it off; ``layer_types`` is ignored, as HF's Mistral ignores it). Qwen2/Qwen3: only with
+    ``use_sliding_window``; layers given by ``layer_types``, else layers ``i >= max_window_layers``
+    (default 28) are windowed. Llama: never. A ``layer_types`` list without ``use_sliding_window``
+    that names sliding layers is rejected (HF itself fails on it).
+    """
+    if arch == "MistralForCausalLM":
+        return {"sliding_window": cfg.get("sliding_window", 4096), "layer_types": None}
+    if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+        return {"sliding_window": None, "layer_types": None}
+    types = cfg.get("layer_types")
+    if not cfg.get("use_sliding_window"):
+        if types and "sliding_attention" in types:
+            raise ValueError("config.json lists sliding_attention layers but use_sliding_window is false")
+        return {"sliding_window": None, "layer_types": None}
+    window = cfg.get("sliding_window", 4096)
+    if window is None:
+        return {"sliding_window": None, "layer_types": None}
+    if types is None:
+        first = cfg.get("max_window_layers", 28)
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(cfg["num_hidden_layers"])]
+    return {"sliding_window": window, "layer_types": tuple(types)}

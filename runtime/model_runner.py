@@ -63,7 +63,9 @@ class ModelRunner:
         rows = args.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
         pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
-        self.attn_backend = AttentionBackend(c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        self.attn_backend = AttentionBackend(
+            c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.layer_windows
+        )
         self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
         self.logits_mask_fn: LogitsMaskFn | None = None
         self.cuda_graph = None

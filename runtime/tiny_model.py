@@ -66,7 +66,7 @@ def train_tokenizer(vocab_size: int = 2048):
     return fast
 
 
-def _hf_config(arch: str, vocab_size: int, eos_ids: list[int], bos_id: int):
+def _hf_config(arch: str, vocab_size: int, eos_ids: list[int], bos_id: int, sliding_window: int | None = None):
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     common = dict(
@@ -96,26 +96,35 @@ def _hf_config(arch: str, vocab_size: int, eos_ids: list[int], bos_id: int):
                 "original_max_position_embeddings": 1024,
             },
         )
+    if arch == "llama" and sliding_window is not None:
+        raise ValueError("llama has no sliding window")
+    # Qwen: with a window, layer 0 stays full and layer 1 is windowed (max_window_layers=1).
+    qwen_window = dict(use_sliding_window=False)
+    if sliding_window is not None:
+        qwen_window = dict(use_sliding_window=True, sliding_window=sliding_window, max_window_layers=1)
     if arch == "mistral":
-        return MistralConfig(**common, tie_word_embeddings=False, sliding_window=None)
+        return MistralConfig(**common, tie_word_embeddings=False, sliding_window=sliding_window)
     if arch == "qwen2":
-        return Qwen2Config(**common, tie_word_embeddings=False, use_sliding_window=False)
+        return Qwen2Config(**common, tie_word_embeddings=False, **qwen_window)
     if arch == "qwen3":
-        return Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, use_sliding_window=False)
+        return Qwen3Config(**common, head_dim=32, tie_word_embeddings=False, **qwen_window)
     raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
 
 
-def make_tiny_model(out_dir: str, arch: str = "llama", vocab_size: int = 2048, seed: int = 0) -> str:
+def make_tiny_model(
+    out_dir: str, arch: str = "llama", vocab_size: int = 2048, seed: int = 0, sliding_window: int | None = None
+) -> str:
     """Write a tiny random-weight model of ``arch`` with its tokenizer to ``out_dir``; returns it.
 
-    Raises ``ValueError`` for an unknown ``arch``.
+    ``sliding_window``: attention window in keys (mistral: every layer; qwen2/qwen3: layer 1 of 2);
+    ``None`` = full attention. Raises ``ValueError`` for an unknown ``arch`` or a window on llama.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     tokenizer = train_tokenizer(vocab_size)
     eos_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>")]
-    cfg = _hf_config(arch, len(tokenizer), eos_ids, eos_ids[0])
+    cfg = _hf_config(arch, len(tokenizer), eos_ids, eos_ids[0], sliding_window)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.generation_config.eos_token_id = eos_ids

@@ -1,6 +1,8 @@
 """Mistral 7B (``MistralForCausalLM``): the Llama block with GQA (Jiang et al. 2023).
 
-Sliding-window attention is not applied: contexts are capped at the window by the engine."""
+Sliding-window attention (``sliding_window`` in config.json, on every layer) is applied by the
+attention backend from ``ModelConfig.layer_windows``: a query sees its last ``sliding_window`` keys.
+"""
 
 from radixlm.runtime.models.layers import CausalLM
 
