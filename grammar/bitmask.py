@@ -6,6 +6,7 @@ Layout (xgrammar's): int32 ``[batch, ceil(vocab_size / 32)]``; token ``t`` is al
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _SHIFTS: dict[torch.device, torch.Tensor] = {}
@@ -26,6 +27,13 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """bool ``[rows, vocab_size]`` (True = allowed); tokens past ``32 * W`` are allowed."""
     dev = bitmask.device
+    if dev.type == "cpu":  # NOTE: numpy's unpackbits is ~10x faster than shifts on the CPU
+        flat = np.ascontiguousarray(bitmask.numpy()).view(np.uint8)
+        bits = torch.from_numpy(np.unpackbits(flat, axis=-1, bitorder="little").view(np.bool_))
+        if bits.shape[-1] >= vocab_size:
+            return bits[..., :vocab_size]
+        pad = torch.ones((*bits.shape[:-1], vocab_size - bits.shape[-1]), dtype=torch.bool)
+        return torch.cat([bits, pad], dim=-1)
     shifts = _SHIFTS.get(dev)
     if shifts is None:
         shifts = _SHIFTS[dev] = torch.arange(32, dtype=torch.int32, device=dev)

@@ -15,34 +15,41 @@ from radixlm.grammar.automaton import dfa_from_ast, regex_ast
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
+from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 
 class CompiledGrammar:
     """A grammar compiled against one vocabulary; shared by any number of matchers (thread-safe
-    for reading). Attributes: ``kind`` ("regex", "json_schema", "ebnf", "choices"), ``source``."""
+    for reading). Attributes: ``kind`` ("regex", "json_schema", "ebnf", "choices"), ``source``,
+    ``masks`` (:class:`MaskTable`: the packed mask of every grammar state this grammar has met,
+    complete at compile time for DFA grammars, filled on first visit otherwise; owned here and
+    shared by every matcher and request of the grammar)."""
 
     def __init__(self, kind: str, source: str, engine: Any, info: TokenizerInfo) -> None:
         self.kind = kind
         self.source = source
         self.engine = engine
         self.tokenizer_info = info
-        self._rows: dict[Any, torch.Tensor] = {}
         self._stop = info.stop_mask()
+        dense = engine.dense_masks() if hasattr(engine, "dense_masks") else None
+        if dense is not None:
+            dense = dense.copy()
+            dense[engine.dfa.accept] |= self._stop
+            self.masks = MaskTable.from_dense(dense, self._stop)
+        else:
+            self.masks = MaskTable(info.mask_words, self._stop, self._compute)
+
+    def _compute(self, states: list[Any]) -> list[np.ndarray]:
+        engine = self.engine
+        many = engine.masks(states) if hasattr(engine, "masks") else [engine.mask(s) for s in states]
+        return [m | self._stop if engine.accepting(s) else m for s, m in zip(states, many)]
 
     def mask_row(self, state: Any) -> torch.Tensor:
-        """int32 ``[ceil(vocab_size / 32)]`` tensor of the tokens allowed in ``state`` (cached)."""
-        row = self._rows.get(state)
-        if row is None:
-            mask = self.engine.mask(state)
-            if self.engine.accepting(state):
-                mask = mask | self._stop
-            row = torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int32))
-            if len(self._rows) > 200_000:
-                self._rows.clear()
-            self._rows[state] = row
-        return row
+        """int32 ``[ceil(vocab_size / 32)]`` tensor of the tokens allowed in ``state`` (cached;
+        ``None``: a terminated matcher, stop tokens only)."""
+        return torch.from_numpy(self.masks.row_np(int(self.masks.row_ids([state])[0])))
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(kind={self.kind!r}, source={self.source[:60]!r})"

@@ -21,8 +21,24 @@ class DfaEngine:
         count = live.sum(axis=1)
         self._forced = np.where(count == 1, live.argmax(axis=1), -1)
         self._forced[dfa.accept] = -1
-        if eager and dfa.n_states <= EAGER_STATES:
+        self.eager = eager and dfa.n_states <= EAGER_STATES
+        if self.eager:
             self.index.compute(list(range(1, dfa.n_states)))
+
+    def dense_masks(self) -> np.ndarray | None:
+        """int32 ``[n_states, words]`` masks of every state (stop tokens excluded; row 0 dead), or
+        None when the DFA is too large to precompute (then masks are computed on first visit)."""
+        if not self.eager:
+            return None
+        out = np.zeros((self.dfa.n_states, self.index.words), dtype=np.int32)
+        for s in range(1, self.dfa.n_states):
+            out[s] = self.index.masks[s]
+        return out
+
+    def masks(self, states: list[int]) -> list[np.ndarray]:
+        """Masks of ``states`` (one batched walk for those not computed yet)."""
+        self.index.compute(states)
+        return [self.index.masks[s] for s in states]
 
     def initial(self) -> int:
         return self.dfa.start

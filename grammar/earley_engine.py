@@ -22,6 +22,8 @@ from radixlm.grammar.token_index import DfaIndex, RegionCache, pack_tokens, walk
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 Thread = tuple[int, int, int]
+EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
+CROSSING_CACHE = 100_000  # threads whose boundary-crossing trie nodes are kept
 
 
 class EarleyState:
@@ -55,6 +57,13 @@ class EarleyEngine:
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
+        self._crossing: dict[Thread, np.ndarray] = {}
+        budget = EAGER_TERMINAL_STATES  # NOTE: terminal masks at compile time, not on first visit
+        for idx in self.index:
+            n = idx.trans.shape[0]
+            if n - 1 <= budget:
+                idx.compute(list(range(1, n)))
+                budget -= n - 1
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:
             raise GrammarError("the grammar accepts no string")
@@ -111,20 +120,35 @@ class EarleyEngine:
     # --- masks ---------------------------------------------------------------------------------
 
     def mask(self, state: EarleyState) -> np.ndarray:
+        """Packed int32 ``[words]`` mask of ``state`` (stop tokens excluded): per thread, the
+        tokens staying inside its terminal (the terminal DFA's cached mask) and the tokens
+        crossing its end into the threads it spawns (cached per thread)."""
         out = np.zeros(self.words, dtype=np.int32)
         crossing: list[np.ndarray] = []
-        for col, t, q in state.threads:
+        for th in state.threads:
+            col, t, q = th
             out |= self.index[t].mask(q)
-            nodes = self.index[t].boundary(q)
-            if nodes.size:
-                more, _ = self.spawn(col, t)
-                if more:
-                    self._below(more, nodes, crossing, 0)
+            got = self._crossing.get(th)
+            if got is None:
+                got = self._crossing_nodes(col, t, q)
+                if len(self._crossing) > CROSSING_CACHE:
+                    self._crossing.clear()
+                self._crossing[th] = got
+            if got.size:
+                crossing.append(got)
         if crossing:
-            allnodes = np.concatenate(crossing)
-            tok = self.trie.node_token[allnodes]
+            tok = self.trie.node_token[np.concatenate(crossing)]
             out |= pack_tokens(tok[tok >= 0], self.trie, self.words)
         return out
+
+    def _crossing_nodes(self, col: int, t: int, q: int) -> np.ndarray:
+        nodes = self.index[t].boundary(q)
+        found: list[np.ndarray] = []
+        if nodes.size:
+            more, _ = self.spawn(col, t)
+            if more:
+                self._below(more, nodes, found, 0)
+        return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
     def _below(self, threads: frozenset[Thread], nodes: np.ndarray, out: list[np.ndarray], depth: int) -> None:
         """Append the live trie nodes strictly below ``nodes`` under ``threads``."""

@@ -97,26 +97,40 @@ class GrammarMatcher:
 
     # --- masks --------------------------------------------------------------------------------
 
+    def mask_state(self) -> Any:
+        """The key of the current state in ``compiled.masks`` (None once terminated): what a
+        batched fill (:func:`fill_batch_bitmask`) gathers by."""
+        cur = self._history[-1]
+        return None if cur is _TERMINATED else cur
+
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> bool:
         """Write the allowed next tokens into row ``index`` of ``bitmask``.
 
         Args:
-            bitmask: int32 ``[B, W]`` from :func:`allocate_token_bitmask` (CPU).
+            bitmask: int32 ``[B, W]`` from :func:`allocate_token_bitmask` (CPU or device). Words
+                past the grammar's vocabulary are cleared (those tokens are never allowed).
             index: the row to fill.
         Returns:
             True (the mask restricts something; kept for xgrammar compatibility).
         """
-        row = self.compiled.mask_row(self._history[-1])
+        table = self.compiled.masks
+        row = table.row_np(int(table.row_ids([self.mask_state()])[0]))
         w = min(row.shape[0], bitmask.shape[1])
+        if bitmask.device.type == "cpu":
+            dst = bitmask.numpy()[index]
+            dst[:w] = row[:w]
+            dst[w:] = 0
+            return True
         dst = bitmask[index]
-        dst[:w].copy_(row[:w])
+        dst[:w].copy_(torch.from_numpy(row[:w]))
         if bitmask.shape[1] > w:
             dst[w:].zero_()
         return True
 
     def next_token_mask(self) -> np.ndarray:
         """The packed int32 mask of the current state as a numpy array (a copy)."""
-        return self.compiled.mask_row(self._history[-1]).numpy().copy()
+        table = self.compiled.masks
+        return table.row_np(int(table.row_ids([self.mask_state()])[0])).copy()
 
     def find_jump_forward_string(self) -> str:
         """The longest string the grammar forces from here (exactly one way to continue), cut at
@@ -132,3 +146,37 @@ class GrammarMatcher:
             except UnicodeDecodeError as e:
                 data = data[: e.start]
         return ""
+
+
+def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.Tensor) -> None:
+    """Fill row ``i`` of ``bitmask`` with the next-token mask of ``matchers[i]`` for the whole batch
+    at once: one row-id lookup per request, then one gather per distinct grammar (rows of
+    ``None`` matchers are left as they are).
+
+    Args:
+        matchers: one per bitmask row (None: unconstrained row).
+        bitmask: int32 ``[len(matchers), W]`` on the CPU or a device (a device-side copy of each
+            grammar's mask table is kept and updated incrementally). ``W`` must equal the
+            grammar's ``tokenizer_info.mask_words``.
+    Raises:
+        ValueError: a grammar compiled for another bitmask width.
+    """
+    from radixlm.grammar.mask_table import gather_rows
+
+    groups: dict[int, tuple[Any, list[int], list[Any]]] = {}
+    for i, m in enumerate(matchers):
+        if m is None:
+            continue
+        g = groups.get(id(m.compiled))
+        if g is None:
+            g = groups[id(m.compiled)] = (m.compiled, [], [])
+        g[1].append(i)
+        g[2].append(m.mask_state())
+    tables, ids, pos = [], [], []
+    for compiled, rows, states in groups.values():
+        if compiled.masks.words != bitmask.shape[1]:
+            raise ValueError(f"grammar masks have {compiled.masks.words} words, bitmask {bitmask.shape[1]}")
+        tables.append(compiled.masks)
+        ids.append(compiled.masks.row_ids(states))
+        pos.append(np.asarray(rows, dtype=np.int64))
+    gather_rows(tables, ids, bitmask, pos)

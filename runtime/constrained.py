@@ -1,9 +1,17 @@
 """Grammar-constrained decoding in the runtime (FSM-guided masked decoding, SGLang paper §4).
 
 Compiles each request's ``regex`` / ``json_schema`` / ``ebnf`` in a thread pool (cached per
-grammar, with a timeout), gives every constrained request its own ``GrammarMatcher``, fills the
-batch's token bitmask before sampling, and advances the matcher with each sampled token. A grammar
-that fails to compile, or compiles too slowly, aborts only its own request.
+grammar, with a timeout) with the configured backend (``--grammar-backend``: radixlm, xgrammar or
+llguidance, :mod:`radixlm.grammar.backends`), gives every constrained request its own matcher,
+fills the whole batch's token bitmask at once before sampling, and advances the matcher with each
+sampled token. A grammar that fails to compile, or compiles too slowly, aborts only its own
+request.
+
+Mask fill per decode step (radixlm backend): the host looks up one mask-table row id per request
+(precomputed per grammar state, see :mod:`radixlm.grammar.mask_table`), then one gather per
+distinct grammar writes the rows into a device bitmask from a device-side copy of the table, and
+one kernel applies it. All host work comes before the first device operation, so on CUDA it runs
+while the GPU is still busy with the forward pass.
 """
 
 from __future__ import annotations
@@ -30,33 +38,29 @@ class GrammarBackend:
         timeout_s: compile time limit per grammar (seconds).
     """
 
-    def __init__(self, tokenizer, vocab_size: int, timeout_s: float = 30.0, workers: int = 2) -> None:
+    def __init__(self, tokenizer, vocab_size: int, timeout_s: float = 30.0, workers: int = 2,
+                 backend: str = "radixlm") -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.timeout_s = timeout_s
+        self.backend_name = backend
+        self._bitmask: torch.Tensor | None = None  # reused device buffer [rows, words]
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="radixlm-grammar")
         self._compiler = None
         self._cache: dict[tuple[str, str], Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
 
     def _get_compiler(self):
+        """The grammar backend (built on first use; thread-safe enough: built once by a worker)."""
         if self._compiler is None:
-            from radixlm.grammar import GrammarCompiler
+            from radixlm.grammar.backends import make_backend
 
-            self._compiler = GrammarCompiler(self.tokenizer)
+            self._compiler = make_backend(self.backend_name, self.tokenizer, self.vocab_size)
         return self._compiler
 
     def _compile(self, kind: str, source: str):
         t0 = time.perf_counter()
-        compiler = self._get_compiler()
-        if kind == "regex":
-            out = compiler.compile_regex(source)
-        elif kind == "json_schema":
-            out = compiler.compile_json_schema(source)
-        elif kind == "ebnf":
-            out = compiler.compile_ebnf(source)
-        else:
-            raise ValueError(f"unknown grammar kind {kind!r}")
+        out = self._get_compiler().compile(kind, source)
         self.compile_seconds.append(time.perf_counter() - t0)
         return out
 
@@ -89,9 +93,7 @@ class GrammarBackend:
         err = fut.exception()
         if err is not None:
             return f"invalid grammar: {err}"
-        from radixlm.grammar import GrammarMatcher
-
-        matcher = GrammarMatcher(fut.result())
+        matcher = self._get_compiler().matcher(fut.result())
         # NOTE: a retracted request re-enters with output already generated; replay it.
         for tok in req.output_ids:
             matcher.accept_token(tok)
@@ -99,20 +101,33 @@ class GrammarBackend:
         return True
 
     def mask_logits(self, logits: torch.Tensor, batch: ScheduleBatch, sample_slices: Sequence[int]) -> None:
-        """Apply each constrained request's allowed-token bitmask to its row of ``logits``."""
-        rows = [(k, batch.slices[i].req.extra.get("grammar_matcher")) for k, i in enumerate(sample_slices)]
-        rows = [(k, m) for k, m in rows if m is not None]
-        if not rows:
+        """Apply each constrained request's allowed-token bitmask to its row of ``logits``
+        (float ``[S, V]``, row ``k`` samples for ``batch.slices[sample_slices[k]]``), in place."""
+        rows: list[int] = []
+        matchers = []
+        for k, i in enumerate(sample_slices):
+            m = batch.slices[i].req.extra.get("grammar_matcher")
+            if m is not None:
+                rows.append(k)
+                matchers.append(m)
+        if not matchers:
             return
-        from radixlm.grammar import allocate_token_bitmask, apply_token_bitmask_inplace
+        from radixlm.grammar import apply_token_bitmask_inplace
 
-        bitmask = allocate_token_bitmask(len(rows), logits.shape[1])
-        for j, (_, matcher) in enumerate(rows):
-            matcher.fill_next_token_bitmask(bitmask, j)
-        index = torch.tensor([k for k, _ in rows], dtype=torch.int64, device=logits.device)
-        sub = logits[index]
-        apply_token_bitmask_inplace(sub, bitmask.to(logits.device))
-        logits[index] = sub
+        backend = self._get_compiler()
+        bitmask = self._buffer(len(matchers), backend.words, logits.device)
+        backend.fill_batch(matchers, bitmask)  # NOTE: host work first, then device gathers
+        if rows == list(range(logits.shape[0])):
+            apply_token_bitmask_inplace(logits, bitmask)
+            return
+        index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
+        apply_token_bitmask_inplace(logits, bitmask, index)
+
+    def _buffer(self, n: int, words: int, device: torch.device) -> torch.Tensor:
+        buf = self._bitmask
+        if buf is None or buf.shape[0] < n or buf.shape[1] != words or buf.device != device:
+            buf = self._bitmask = torch.empty((max(n, 64), words), dtype=torch.int32, device=device)
+        return buf[:n]
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -77,7 +77,10 @@ class OutputProcessor:
         if not text:
             return None
         room = req.sampling_params.max_new_tokens - len(req.output_ids)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(room, 0)]
+        # NOTE (retokenization rule, docs/grammar.md): the forced text's last token is left to the
+        # model, so a token spanning the end of the forced text and the free text after it (`"` +
+        # `John` -> `"John`) stays possible; the jumped tokens must each be accepted by the matcher.
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[:-1][: max(room, 0)]
         accepted = 0
         for tid in ids:
             if not matcher.accept_token(tid):

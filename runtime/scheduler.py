@@ -77,7 +77,8 @@ class Scheduler:
         self.output_processor = OutputProcessor(
             tokenizer, runner.eos_token_ids, runner.context_len, args.enable_jump_forward
         )
-        self.grammar = GrammarBackend(tokenizer, runner.cfg.vocab_size, args.grammar_compile_timeout_s)
+        self.grammar = GrammarBackend(tokenizer, runner.cfg.vocab_size, args.grammar_compile_timeout_s,
+                                      backend=args.grammar_backend)
         runner.logits_mask_fn = self.grammar.mask_logits
         self._aborted: list[Req] = []  # requests finished during admission (bad grammar)
         self.ran_batch = False  # whether the last step ran a forward pass
@@ -251,7 +252,7 @@ class Scheduler:
             ready = self.grammar.poll(req)
             if isinstance(ready, str):  # NOTE: a bad grammar aborts only its own request
                 self.waiting.remove(req)
-                self._finish(req, {"type": "abort", "message": ready}, holds_kv=False)
+                self._finish(req, {"type": "abort", "message": ready, "status_code": 400}, holds_kv=False)
                 self._aborted.append(req)
                 continue
             if not ready:

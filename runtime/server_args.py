@@ -33,6 +33,11 @@ class ServerArgs:
             (hides host work behind the GPU; outputs unchanged).
         disable_cuda_graph: run decode eagerly on CUDA (graphs are captured by default).
         cuda_graph_max_bs: largest decode batch replayed from a CUDA graph.
+        enable_jump_forward: append the text a grammar forces without sampling it (default on;
+            the forced text is kept verbatim, see docs/grammar.md for the retokenization rule).
+        grammar_compile_timeout_s: compile time limit per grammar; the request aborts past it.
+        grammar_backend: ``radixlm`` (default), ``xgrammar`` or ``llguidance`` (optional extras
+            ``radixlm[xgrammar]`` / ``radixlm[llguidance]``).
         skip_tokenizer_init: load no tokenizer (e.g. a config-only dummy model); requests must
             pass ``input_ids`` and get no text or stop strings.
     Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
@@ -53,8 +58,9 @@ class ServerArgs:
     disable_radix_cache: bool = False
     page_size: int = 1
     random_seed: int = 0
-    enable_jump_forward: bool = False
+    enable_jump_forward: bool = True
     grammar_compile_timeout_s: float = 30.0
+    grammar_backend: str = "radixlm"
     log_level: str = "warning"
     enable_overlap_schedule: bool = False
     disable_cuda_graph: bool = False
@@ -71,6 +77,8 @@ class ServerArgs:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError("max_total_tokens must be >= 2")
+        if self.grammar_backend not in ("radixlm", "xgrammar", "llguidance"):
+            raise ValueError(f"grammar_backend must be radixlm, xgrammar or llguidance, got {self.grammar_backend!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
 

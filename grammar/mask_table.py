@@ -1,0 +1,157 @@
+"""Per-grammar table of packed token masks, one deduplicated int32 row per distinct mask.
+
+A :class:`MaskTable` maps matcher states to row ids of one int32 ``[rows, words]`` table. A decode
+step then fills the masks of a whole batch with one gather (``table[row_ids]``), on the CPU or
+from a device-side copy of the table (uploaded incrementally, only the rows added since the last
+upload). Rows are deduplicated: many grammar states share a mask (after ``{`` only ``"``; every
+state inside a string body).
+
+Row 0 is always the stop-only mask (the mask of a terminated matcher).
+
+DFA grammars fill the table for every state at compile time (:meth:`MaskTable.from_dense`); other
+engines (Earley) add rows on first visit (:meth:`MaskTable.row_ids`), batched over the states a
+step needs, and cached for the grammar's lifetime (bounded by ``max_rows``: past it the table is
+cleared at the start of a call, never in the middle of one).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+MAX_TABLE_BYTES = 256 << 20  # per grammar; a larger table is cleared and refilled on demand
+
+
+class MaskTable:
+    """State -> packed mask row.
+
+    Args:
+        words: int32 words per row (``ceil(vocab_size / 32)``).
+        stop_row: int32 ``[words]``, the stop tokens (row 0).
+        compute: ``states -> list of int32 [words] masks`` for states not yet in the table (the
+            mask the matcher should see, stop tokens included where the state accepts).
+        max_rows: row budget before the lazy part of the table is cleared.
+    Thread-safety: one writer at a time (a lock guards row insertion).
+    """
+
+    def __init__(self, words: int, stop_row: np.ndarray,
+                 compute: Callable[[list[Hashable]], list[np.ndarray]] | None,
+                 max_rows: int | None = None) -> None:
+        self.words = words
+        self._compute = compute
+        self.max_rows = max_rows or max(64, MAX_TABLE_BYTES // (4 * words))
+        self._lock = threading.Lock()
+        self._dense: np.ndarray | None = None  # int32 [n_states]: row of each DFA state
+        self._reset_storage(np.asarray(stop_row, dtype=np.int32).reshape(1, words))
+
+    def _reset_storage(self, rows: np.ndarray) -> None:
+        cap = max(16, 1 << int(np.ceil(np.log2(max(rows.shape[0], 1) + 1))))
+        self._np = np.zeros((cap, self.words), dtype=np.int32)
+        self._np[: rows.shape[0]] = rows
+        self.n_rows = rows.shape[0]
+        self._fixed = rows.shape[0]  # rows that are never cleared
+        self._by_bytes: dict[bytes, int] = {r.tobytes(): i for i, r in enumerate(rows)}
+        self._row_of: dict[Hashable, int] = {}
+        self._device: dict[torch.device, tuple[torch.Tensor, int]] = {}
+        self.generation = getattr(self, "generation", -1) + 1
+
+    @classmethod
+    def from_dense(cls, masks: np.ndarray, stop_row: np.ndarray) -> "MaskTable":
+        """A complete table for states ``0..n-1`` from int32 ``[n, words]`` masks (state 0 dead)."""
+        words = masks.shape[1]
+        table = cls(words, stop_row, None)
+        allrows = np.concatenate([np.asarray(stop_row, np.int32).reshape(1, words), masks])
+        uniq, first, inverse = np.unique(allrows.view(np.dtype((np.void, 4 * words))).ravel(),
+                                         return_index=True, return_inverse=True)
+        # keep the stop row first: renumber unique rows by first occurrence.
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        table._reset_storage(allrows[first[order]])
+        table._dense = rank[inverse.ravel()[1:]].astype(np.int64)
+        return table
+
+    @property
+    def complete(self) -> bool:
+        """True when every state has a row (no computation ever happens on the decode path)."""
+        return self._dense is not None
+
+    def _add(self, mask: np.ndarray) -> int:
+        key = mask.tobytes()
+        got = self._by_bytes.get(key)
+        if got is not None:
+            return got
+        if self.n_rows == self._np.shape[0]:
+            grown = np.zeros((2 * self._np.shape[0], self.words), dtype=np.int32)
+            grown[: self.n_rows] = self._np[: self.n_rows]
+            self._np = grown
+        self._np[self.n_rows] = mask
+        self._by_bytes[key] = self.n_rows
+        self.n_rows += 1
+        return self.n_rows - 1
+
+    def row_ids(self, states: Sequence[Hashable]) -> np.ndarray:
+        """int64 ``[len(states)]`` row ids (``None`` state: the stop-only row 0). Computes the
+        masks of states seen for the first time in one batched call."""
+        if self._dense is not None:
+            ids = np.fromiter((0 if s is None else s for s in states), dtype=np.int64, count=len(states))
+            return self._dense[ids]
+        with self._lock:
+            row_of = self._row_of
+            todo = [s for s in dict.fromkeys(states) if s is not None and s not in row_of]
+            if todo and self.n_rows + len(todo) > self.max_rows:
+                self._clear_lazy()
+                row_of = self._row_of
+                todo = [s for s in dict.fromkeys(states) if s is not None]
+            if todo:
+                for s, mask in zip(todo, self._compute(todo)):
+                    row_of[s] = self._add(np.asarray(mask, dtype=np.int32))
+            return np.fromiter((0 if s is None else row_of[s] for s in states), dtype=np.int64,
+                               count=len(states))
+
+    def _clear_lazy(self) -> None:
+        self._reset_storage(self._np[: self._fixed].copy())
+
+    def rows_cpu(self) -> torch.Tensor:
+        """int32 ``[n_rows, words]`` CPU view of the table (valid until rows are added)."""
+        return torch.from_numpy(self._np[: self.n_rows])
+
+    def row_np(self, row: int) -> np.ndarray:
+        return self._np[row]
+
+    def device_rows(self, device: torch.device) -> torch.Tensor:
+        """int32 ``[>= n_rows, words]`` copy of the table on ``device``; only the rows added since
+        the last call are uploaded (the whole table after a growth past the device capacity)."""
+        got = self._device.get(device)
+        if got is not None and got[1] == self.n_rows:
+            return got[0]
+        cap = self._np.shape[0]
+        if got is None or got[0].shape[0] < cap:
+            dev = torch.empty((cap, self.words), dtype=torch.int32, device=device)
+            lo = 0
+        else:
+            dev, lo = got
+        dev[lo : self.n_rows].copy_(torch.from_numpy(self._np[lo : self.n_rows]), non_blocking=False)
+        self._device[device] = (dev, self.n_rows)
+        return dev
+
+
+def gather_rows(tables: Sequence[MaskTable], row_ids: Sequence[np.ndarray], out: torch.Tensor,
+                positions: Sequence[np.ndarray]) -> None:
+    """Fill ``out[positions[g]] = tables[g] rows row_ids[g]`` for every group ``g`` (CPU or device
+    ``out``; int32 ``[B, words]``). One ``index_select`` per distinct grammar."""
+    for table, ids, pos in zip(tables, row_ids, positions):
+        if out.is_cuda:
+            src = table.device_rows(out.device)
+            idx = torch.from_numpy(ids).to(out.device, non_blocking=True)
+        else:
+            src = table.rows_cpu()
+            idx = torch.from_numpy(ids)
+        if len(pos) == out.shape[0] and np.array_equal(pos, np.arange(out.shape[0])):
+            torch.index_select(src, 0, idx, out=out)
+        else:
+            p = torch.from_numpy(np.asarray(pos, dtype=np.int64)).to(out.device, non_blocking=True)
+            out.index_copy_(0, p, src.index_select(0, idx))
