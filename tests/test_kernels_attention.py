@@ -308,3 +308,37 @@ def test_windowed_sdpa_prefill_matches_extend_ref():
     got = AttentionBackend(KH * G, KH, D)._prefill_no_prefix(q, k[slots], v[slots], fb, window=W)
     want = extend_attention_ref(q, k, v, r2t, rows, torch.zeros(3, dtype=torch.long), E, starts, D**-0.5, window=W)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_windowed_kernels_at_real_sizes_gpu():
+    """bf16, head_dim 128, windows 4096 (Mistral 7B v0.1) and 1000 over sequences up to 12k, and a
+    decode CUDA graph captured with a window and replayed with other lengths."""
+    gen = torch.Generator().manual_seed(0)
+    KH, G, D, dt = 8, 4, 128, torch.bfloat16
+    for window in (4096, 1000):
+        lens = [1, 77, 4096, 4097, 12000, 999, 1001, 3]
+        k, v, r2t, rows = on("cuda", *make_pool(lens, KH, D, dt, max_reqs=12, gen=gen))
+        q = torch.randn(len(lens), KH * G, D, generator=gen).to("cuda", dt)
+        n = torch.tensor(lens, device="cuda")
+        want = decode_attention_ref(q, k, v, r2t, rows, n, D**-0.5, window=window)
+        for splits in (None, 1, 8):
+            got = decode_attention(q, k, v, r2t, rows, n, D**-0.5, num_kv_splits=splits, window=window)
+            assert rel_err(got, want) < 1e-2, (window, splits)
+        out = torch.empty_like(q)
+        decode_attention(q, k, v, r2t, rows, n, D**-0.5, out=out, window=window)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            decode_attention(q, k, v, r2t, rows, n, D**-0.5, out=out, window=window)
+        n.copy_(torch.tensor([12000, 5, 4096, 1, 2000, 4097, 3, 777], device="cuda"))
+        graph.replay()
+        assert rel_err(out, decode_attention_ref(q, k, v, r2t, rows, n, D**-0.5, window=window)) < 1e-2
+        prefix, ext = [0, 3000, 4096, 17], [5000, 1, 4096, 700]
+        k, v, r2t, rows = on("cuda", *make_pool([p + e for p, e in zip(prefix, ext)], KH, D, dt, gen=gen))
+        q = torch.randn(sum(ext), KH * G, D, generator=gen).to("cuda", dt)
+        E = torch.tensor(ext, device="cuda")
+        args = (q, k, v, r2t, rows, torch.tensor(prefix, device="cuda"), E, E.cumsum(0) - E, D**-0.5)
+        got = extend_attention(*args, window=window)
+        assert rel_err(got, extend_attention_ref(*args, window=window)) < 1e-2, window
