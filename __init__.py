@@ -39,7 +39,7 @@ from radixlm.lang.choices import (
     unconditional_likelihood_normalized,
 )
 from radixlm.lang.function import Function, function
-from radixlm.lang.global_config import global_config
+from radixlm.global_config import global_config
 from radixlm.lang.tracer import TracedProgram
 
 __version__ = "0.1.0"

@@ -188,6 +188,9 @@ class StreamExecutor:
                 self._cond.notify_all()
 
     def _execute(self, node: Expr) -> None:
+        hook = getattr(self.backend, "execute_node", None)
+        if hook is not None and hook(self, node):
+            return  # NOTE: an API backend (sgl.OpenAI) handled the node itself.
         if isinstance(node, Constant):
             self._append(node.value)
         elif isinstance(node, Gen):
@@ -220,9 +223,6 @@ class StreamExecutor:
 
     def _gen(self, node: Gen) -> None:
         params = node.params.merged(self.defaults)
-        hook = getattr(self.backend, "execute_gen", None)
-        if hook is not None and hook(self, node, params):
-            return  # NOTE: an API backend handled it (e.g. speculative execution).
         if params.n not in (None, 1):
             # NOTE: SGLang semantics: the variable is the list of n samples, the text gets the first.
             texts, metas = self.backend.generate_n(self.text_, params, int(params.n))

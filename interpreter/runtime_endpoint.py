@@ -18,7 +18,7 @@ import requests
 
 from radixlm.interpreter.backend import Backend, Response
 from radixlm.lang.chat_template import (
-    ChatTemplate, chat_template_from_tokenizer, default_chat_template,
+    ChatTemplate, chat_template_from_tokenizer, default_chat_template, named_chat_template,
 )
 
 logger = logging.getLogger(__name__)
@@ -40,17 +40,24 @@ class RuntimeEndpoint(Backend):
     Args:
         base_url: e.g. ``"http://127.0.0.1:30000"``.
         api_key: sent as ``Authorization: Bearer <api_key>`` when given.
+        verify: TLS verification for ``requests`` (a CA bundle path or bool; ``None``: default).
+        chat_template_name: SGLang's template names ``"chatml"`` or ``"default"``; others are
+            ignored with a warning (the template is then derived).
         chat_template: a ChatTemplate, or ``None`` to derive it (see module docstring).
         timeout: seconds per HTTP request (``None``: no limit).
     Raises:
         RuntimeError: the server is unreachable or ``/get_model_info`` fails.
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None,
+    def __init__(self, base_url: str, api_key: str | None = None, verify: Any = None,
+                 chat_template_name: str | None = None, *,
                  chat_template: ChatTemplate | None = None, timeout: float | None = 600.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
+        self.verify = verify
         self.timeout = timeout
+        if chat_template is None and chat_template_name is not None:
+            chat_template = named_chat_template(chat_template_name)
         self._local = threading.local()
         self.model_info: dict[str, Any] = self._get("/get_model_info")
         self.chat_template = chat_template or self._derive_template()
@@ -72,6 +79,8 @@ class RuntimeEndpoint(Backend):
         sess = getattr(self._local, "session", None)
         if sess is None:
             sess = requests.Session()
+            if self.verify is not None:
+                sess.verify = self.verify
             if self.api_key:
                 sess.headers["Authorization"] = f"Bearer {self.api_key}"
             self._local.session = sess

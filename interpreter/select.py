@@ -55,6 +55,15 @@ def choice_token_entries(prompt: str, choice: str, entries: list[LogprobEntry], 
     return [e for e in picked if e[0] is not None]
 
 
+def sglang_entries(prompt: str, entries: list[LogprobEntry]) -> list[LogprobEntry]:
+    """SGLang's ``input_token_logprobs`` of one choice: every entry from ``logprob_start_len``,
+    minus the first one when ``prompt`` ends with its text (no token healing happened)."""
+    if entries and len(entries[0]) > 2 and isinstance(entries[0][2], str) \
+            and prompt.endswith(entries[0][2]):
+        return list(entries[1:])
+    return list(entries)
+
+
 def _mean_logprob(entries: list[LogprobEntry]) -> float:
     return sum(float(e[0]) for e in entries) / len(entries) if entries else 0.0
 
@@ -64,8 +73,10 @@ def score_choices(backend: Backend, prompt: str, choices: list[str],
     """Pick one of ``choices`` as the continuation of ``prompt``.
 
     Returns:
-        the decision; its ``meta_info`` holds ``normalized_prompt_logprobs`` ``[C]``,
-        ``input_token_logprobs`` ``[C][T_i]`` (each choice's own tokens), ``prompt_tokens`` and
+        the decision; its ``meta_info`` holds ``normalized_prompt_logprobs`` ``[C]`` (mean over
+        each choice's own tokens), ``input_token_logprobs`` ``[C][*]`` as SGLang returns them
+        (the scored boundary tokens before the choice first, entry 0 ``[None, id, text]``),
+        ``choice_token_logprobs`` ``[C][T_i]`` (each choice's own tokens), ``prompt_tokens`` and
         ``cached_tokens`` of the prompt's prefill-only request, ``logprob_start_len`` and
         method-specific scores.
     Raises:
@@ -84,8 +95,9 @@ def score_choices(backend: Backend, prompt: str, choices: list[str],
         "logprob_start_len": start,
     })
     assert isinstance(objs, list) and len(objs) == len(choices)
-    input_lp = [choice_token_entries(prompt, c, o["meta_info"]["input_token_logprobs"], start,
-                                     prompt_tokens) for c, o in zip(choices, objs)]
+    raw = [o["meta_info"]["input_token_logprobs"] for o in objs]
+    input_lp = [choice_token_entries(prompt, c, entries, start, prompt_tokens)
+                for c, entries in zip(choices, raw)]
     output_lp = [o["meta_info"].get("output_token_logprobs") or [] for o in objs]
     normalized = [_mean_logprob(e) for e in input_lp]
     unconditional: list[list[LogprobEntry]] | None = None
@@ -94,6 +106,10 @@ def score_choices(backend: Backend, prompt: str, choices: list[str],
     decision = method(choices=choices, normalized_prompt_logprobs=normalized,
                       input_token_logprobs=input_lp, output_token_logprobs=output_lp,
                       unconditional_token_logprobs=unconditional)
+    # NOTE: SGLang's meta info keeps the scored boundary tokens before the choice ([None, id, text]
+    # first); the decision above used only the choice's own tokens (``choice_token_logprobs``).
+    decision.meta_info["choice_token_logprobs"] = input_lp
+    decision.meta_info["input_token_logprobs"] = [sglang_entries(prompt, e) for e in raw]
     decision.meta_info.setdefault("prompt_tokens", prompt_tokens)
     decision.meta_info.setdefault("cached_tokens", int(commit.get("cached_tokens", 0)))
     decision.meta_info.setdefault("logprob_start_len", start)

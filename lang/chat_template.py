@@ -51,6 +51,17 @@ def default_chat_template() -> ChatTemplate:
     })
 
 
+def named_chat_template(name: str) -> ChatTemplate | None:
+    """SGLang template names radixlm knows: ``"chatml"`` and ``"default"``; ``None`` (with a
+    warning) for others, meaning "derive from the tokenizer"."""
+    if name == "default":
+        return default_chat_template()
+    if name == "chatml":
+        return ChatTemplate("chatml", {r: (f"<|im_start|>{r}\n", "<|im_end|>\n") for r in ROLES})
+    logger.warning("unknown chat template name %r; deriving the template instead", name)
+    return None
+
+
 def _split(text: str, role: str) -> tuple[str, str]:
     sentinel = _SENTINEL[role]
     if text.count(sentinel) != 1:
