@@ -54,15 +54,20 @@ def block_tokens_before_min(logits: torch.Tensor, reqs: Sequence[Req], eos_ids: 
 
 
 def _filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """Zero out probabilities outside top-k / top-p (nucleus, Holtzman et al. 2020) / min-p."""
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
-    keep = rank < top_k[:, None]
-    cum = sorted_p.cumsum(-1)
-    keep &= (cum - sorted_p) < top_p[:, None]  # always keeps the first token
-    keep &= sorted_p >= min_p[:, None] * sorted_p[:, :1]
-    sorted_p = sorted_p * keep
-    return torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    """Zero out probabilities outside top-k / top-p (nucleus, Holtzman et al. 2020) / min-p, all
+    judged on the same ``probs`` (SGLang's joint convention). Each filter is a threshold on the
+    probability, so tied tokens are kept or dropped together: top-k keeps ``p >=`` the k-th largest
+    (``top_k`` int ``[B]`` in ``[1, V]``); top-p keeps tokens whose strictly more probable mass is
+    ``< top_p`` (``top_p >= 1`` keeps all); min-p keeps ``p >= min_p * max(p)``. A row whose
+    ``top_p``/``min_p`` is NaN (or ``top_p <= 0``) keeps nothing, so :func:`sample` marks it bad."""
+    vocab = probs.shape[-1]
+    sorted_p = probs.sort(dim=-1, descending=True).values
+    before = sorted_p.cumsum(-1) - sorted_p
+    n_p = torch.where(top_p >= 1, vocab, (before < top_p[:, None]).sum(-1))
+    n = torch.minimum(top_k.clamp(1, vocab), n_p)[:, None]  # tokens kept by top-k and top-p
+    thr = sorted_p.gather(-1, (n - 1).clamp_min(0)).masked_fill(n == 0, float("inf"))
+    thr = torch.maximum(thr, min_p[:, None] * sorted_p[:, :1])
+    return torch.where(probs >= thr, probs, 0.0)
 
 
 def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None = None) -> torch.Tensor:
