@@ -1,7 +1,7 @@
 """Grammar-constrained decoding in the runtime (FSM-guided masked decoding, SGLang paper §4).
 
-Compiles each request's ``regex`` / ``json_schema`` / ``ebnf`` in a thread pool (cached per
-grammar, with a timeout) with the configured backend (``--grammar-backend``: radixlm, xgrammar or
+Compiles each request's ``regex`` / ``json_schema`` / ``ebnf`` in deadline threads (cached per
+grammar; at ``timeout_s`` the compile is interrupted, see :mod:`radixlm.runtime.deadline`) with the configured backend (``--grammar-backend``: radixlm, xgrammar or
 llguidance, :mod:`radixlm.grammar.backends`), gives every constrained request its own matcher,
 fills the whole batch's token bitmask at once before sampling, and advances the matcher with each
 sampled token. A grammar that fails to compile, or compiles too slowly, aborts only its own
@@ -16,14 +16,17 @@ while the GPU is still busy with the forward pass.
 
 from __future__ import annotations
 
+import heapq
 import logging
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Sequence
 
 import torch
 
 from radixlm.runtime.batch import ScheduleBatch
+from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
 from radixlm.runtime.request import Req
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,13 @@ class GrammarBackend:
         self.timeout_s = timeout_s
         self.backend_name = backend
         self._bitmask: torch.Tensor | None = None  # reused device buffer [rows, words]
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="radixlm-grammar")
+        # NOTE: compiles run in deadline threads (really stopped at timeout_s), at most `workers`
+        # at once, smallest grammar first, so a storm of huge grammars cannot starve small ones.
+        self._workers = workers
+        self._queued: list[tuple[int, int, tuple[str, str], Future]] = []
+        self._active = 0
+        self._seq = 0
+        self._lock = threading.Lock()
         self._compiler = None
         self._cache: dict[tuple[str, str], Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
@@ -74,9 +83,12 @@ class GrammarBackend:
             return
         fut = self._cache.get(spec)
         if fut is None or (fut.done() and fut.exception() is not None):
-            fut = self._cache[spec] = self._pool.submit(self._compile, *spec)
+            fut = self._cache[spec] = Future()
+            with self._lock:
+                self._seq += 1
+                heapq.heappush(self._queued, (len(spec[1]), self._seq, spec, fut))
+            self._pump()
         req.extra["grammar_future"] = fut
-        req.extra["grammar_deadline"] = time.monotonic() + self.timeout_s
 
     def poll(self, req: Req) -> bool | str:
         """True when ``req`` may run (no grammar, or its matcher is ready), False while compiling,
@@ -87,10 +99,10 @@ class GrammarBackend:
         if fut is None or "grammar_matcher" in req.extra:
             return True
         if not fut.done():
-            if time.monotonic() > req.extra["grammar_deadline"]:
-                return f"grammar compilation timed out after {self.timeout_s:.0f} s"
             return False
         err = fut.exception()
+        if isinstance(err, DeadlineExceeded):
+            return f"grammar compilation timed out after {self.timeout_s:g} s"
         if err is not None:
             return f"invalid grammar: {err}"
         matcher = self._get_compiler().matcher(fut.result())
@@ -129,5 +141,26 @@ class GrammarBackend:
             buf = self._bitmask = torch.empty((max(n, 64), words), dtype=torch.int32, device=device)
         return buf[:n]
 
+    def _pump(self) -> None:
+        """Start queued compiles while fewer than ``workers`` run."""
+        while True:
+            with self._lock:
+                if self._active >= self._workers or not self._queued:
+                    return
+                _, _, spec, fut = heapq.heappop(self._queued)
+                self._active += 1
+            inner = submit_with_deadline(self._compile, self.timeout_s, *spec, name="radixlm-grammar")
+            inner.add_done_callback(lambda f, fut=fut: self._done(f, fut))
+
+    def _done(self, inner: Future, fut: Future) -> None:
+        with self._lock:
+            self._active -= 1
+        err = inner.exception()
+        fut.set_exception(err) if err is not None else fut.set_result(inner.result())
+        self._pump()
+
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            queued, self._queued = self._queued, []
+        for *_, fut in queued:
+            fut.cancel()

@@ -63,7 +63,8 @@ def test_batch_and_n_match_single(server):
     batch = gen(server, text=prompts, sampling_params=GREEDY)
     assert [b["text"] for b in batch] == single
     ids_batch = gen(server, input_ids=[b["output_ids"] for b in batch], sampling_params=GREEDY)
-    assert isinstance(ids_batch, list) and len(ids_batch) == 3
+    assert [x["output_ids"] for x in ids_batch] == [
+        gen(server, input_ids=b["output_ids"], sampling_params=GREEDY)["output_ids"] for b in batch]
     n = gen(server, text=prompts[0], sampling_params={**GREEDY, "n": 3})
     assert [x["text"] for x in n] == [single[0]] * 3
 
@@ -182,7 +183,7 @@ def test_tokenize_detokenize_and_info(server, hf):
     assert mi["is_generation"] is True and mi["model_path"]
     si = requests.get(server.url + "/server_info").json()
     assert si["max_total_num_tokens"] > 0 and 0 <= si["cache_hit_rate"] <= 1
-    assert requests.post(server.url + "/concate_and_append_request", json={}).status_code == 200
+    assert requests.post(server.url + "/concate_and_append_request", json={}).status_code == 404  # removed
     metrics = requests.get(server.url + "/metrics").text
     for name in ("radixlm_num_running_reqs", "radixlm_token_usage", "radixlm_cache_hit_rate",
                  "radixlm_prompt_tokens_total", "radixlm_time_to_first_token_seconds_bucket",
@@ -235,7 +236,7 @@ def test_radixlm_runtime_endpoint_programs(server):
     state = prog.run(q="Why?", backend=backend)
     assert state.error() is None
     assert state["c"] in ("red", "green", "blue")
-    assert isinstance(state["a"], str)
+    assert state["a"] in state.text() and state["a"] == prog.run(q="Why?", backend=backend)["a"]
 
     @sgl.function
     def single(s):

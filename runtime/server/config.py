@@ -23,6 +23,11 @@ class ServerConfig(ServerArgs):
             (``None``: unbounded).
         served_model_name: the model name of the OpenAI API (default: ``model_path``).
         ready_timeout_s: seconds to wait for the child processes to report ready.
+        max_request_bytes: larger request bodies get HTTP 413 (default 8 MiB).
+        health_timeout_s: ``/health`` answers 503 when the scheduler loop does not answer a
+            ping within this many seconds (stopped, hung, or in one step longer than this).
+        max_template_chars: a chat template rendering longer than this is refused (400), as is
+            one that takes longer than ``template_timeout_s`` seconds.
         log_level: overrides the engine default so the per-prefill-batch log line shows.
     Raises ``ValueError`` for an out-of-range port or queue bound, or ``skip_tokenizer_init``.
     """
@@ -33,6 +38,10 @@ class ServerConfig(ServerArgs):
     max_queued_requests: int | None = None
     served_model_name: str | None = None
     ready_timeout_s: float = 600.0
+    max_request_bytes: int = 8 * 1024 * 1024
+    health_timeout_s: float = 20.0
+    max_template_chars: int = 1_000_000
+    template_timeout_s: float = 5.0
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -43,6 +52,11 @@ class ServerConfig(ServerArgs):
             raise ValueError("skip_tokenizer_init is not supported by the server (it detokenizes and takes text)")
         if self.max_queued_requests is not None and self.max_queued_requests < 0:
             raise ValueError("max_queued_requests must be >= 0")
+        if self.max_request_bytes < 1024:
+            raise ValueError("max_request_bytes must be >= 1024")
+        for name in ("health_timeout_s", "template_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
 
     def engine_args(self) -> ServerArgs:
         """The plain ``ServerArgs`` part (what the scheduler process needs)."""

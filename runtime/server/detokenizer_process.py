@@ -13,7 +13,7 @@ import zmq
 
 from radixlm.runtime.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.server.io_struct import (
-    BatchStrOut, BatchTokenIDOut, DetokInit, IpcPaths, StrOut, TokenIDOut, decode, encode,
+    BatchStrOut, BatchTokenIDOut, DetokInit, IpcPaths, MalformedMessage, StrOut, TokenIDOut, decode, encode,
 )
 from radixlm.runtime.server.procs import child_init
 
@@ -38,7 +38,7 @@ class DetokenizerManager:
         if st is None:
             init = out.detok or DetokInit(prompt_tail=[], stop=[])
             detok = IncrementalDetokenizer(self.tokenizer, init.prompt_tail, init.skip_special_tokens,
-                                           init.spaces_between_special_tokens, init.stop)
+                                           init.spaces_between_special_tokens, init.stop, init.stop_regex)
             st = self.states[out.rid] = _State(detok, init.text_in_logprobs)
         return st
 
@@ -69,7 +69,7 @@ class DetokenizerManager:
 
 def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths, ready: Connection) -> None:
     """Process entry: load the tokenizer, report ready on ``ready``, then forward forever."""
-    child_init(log_level, "detokenizer")
+    child_init(log_level, "detokenizer", paths.dir)
     try:
         from transformers import AutoTokenizer
 
@@ -85,8 +85,13 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
     ready.send({"status": "ready"})
     ready.close()
     while True:
-        batch = decode(recv.recv())
-        assert isinstance(batch, BatchTokenIDOut)
+        try:
+            batch = decode(recv.recv())
+            if not isinstance(batch, BatchTokenIDOut):
+                raise MalformedMessage(f"unexpected {type(batch).__name__}")
+        except MalformedMessage as e:  # NOTE: log and drop; the detokenizer goes on
+            logger.error("dropped a malformed message: %s", e)
+            continue
         outs = []
         for out in batch.outputs:
             try:
@@ -94,6 +99,7 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
             except Exception as e:  # NOTE: one bad decode must not stop the others
                 logger.exception("detokenizing %s failed", out.rid)
                 manager.states.pop(out.rid, None)
-                outs.append(StrOut(out.rid, "", [], {"type": "abort", "message": f"detokenizer: {e}"},
+                outs.append(StrOut(out.rid, "", [], {"type": "abort", "status_code": 500,
+                                                     "message": f"detokenizer: {e}"},
                                    out.prompt_tokens, out.cached_tokens, out.completion_tokens))
         send.send(encode(BatchStrOut(outs, batch.snapshot)))

@@ -9,6 +9,7 @@ import logging
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
@@ -28,23 +29,57 @@ def error_body(message: str, status: int, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body; RequestError(413) past ``limit`` bytes. An oversized body is drained
+    (not kept) so the connection stays usable, up to 4x the limit; beyond that it is closed."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > 4 * limit:
+        raise RequestError(f"the request body has {declared} bytes; the limit is {limit} (--max-request-bytes)",
+                           status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+        elif size > 4 * limit:
+            break
+    if size > limit:
+        raise RequestError(f"the request body has more than {limit} bytes (--max-request-bytes)", status=413)
+    return b"".join(chunks)
+
+
+def _field_error(e: ValidationError) -> RequestError:
+    first = e.errors()[0]
+    if first["type"] == "json_invalid":
+        return RequestError(f"malformed JSON body: {first['msg']}")
+    if first["type"] == "model_type":
+        return RequestError("the JSON body must be an object")
+    # NOTE: drop union-member tags (class names, "list[...]") so the path names the field
+    loc = ".".join(str(x) for x in first["loc"]
+                   if not (isinstance(x, str) and (x[:1].isupper() or "[" in x or x.startswith("function-"))))
+    msg = first["msg"].replace("Value error, ", "")
+    return RequestError(f"{loc}: {msg} (got {first.get('input')!r:.80})".replace("\n", " "), param=loc or None)
+
+
+OFF_LOOP_BYTES = 64 * 1024  # bodies above this are parsed in a worker thread
+
+
 async def parse_body(request: Request, model: type[M]) -> M:
-    """Parse the JSON body into ``model``; raises RequestError(400) naming the bad field."""
-    raw = await request.body()
+    """Read and validate the JSON body into ``model`` (pydantic's JSON parser: it rejects invalid
+    UTF-8, lone surrogates and nesting deeper than 200); raises RequestError 400 naming the bad
+    field, 413 for a body over ``--max-request-bytes``."""
+    tm: TokenizerManager = request.app.state.tm
+    raw = await read_body(request, tm.config.max_request_bytes)
+    if not raw.strip():
+        raw = b"{}"
     try:
-        data = json.loads(raw) if raw.strip() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RequestError(f"malformed JSON body: {e}") from None
-    if not isinstance(data, dict):
-        raise RequestError("the JSON body must be an object")
-    try:
-        return model.model_validate(data)
+        if len(raw) > OFF_LOOP_BYTES:
+            return await tm.run_off_loop(model.model_validate_json, raw)
+        return model.model_validate_json(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        # NOTE: drop union-member tags (class names, "list[...]") so the path names the field
-        loc = ".".join(str(x) for x in first["loc"] if not (isinstance(x, str) and (x[:1].isupper() or "[" in x)))
-        raise RequestError(f"{loc}: {first['msg']} (got {first.get('input')!r:.80})".replace("\n", " "),
-                           param=loc) from None
+        raise _field_error(e) from None
+    except RecursionError:
+        raise RequestError("the JSON body is nested too deeply") from None
 
 
 def sse(obj: Any) -> str:
@@ -59,13 +94,13 @@ def _as_list(value, count: int, name: str) -> list:
     return [value] * count
 
 
-def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[list[GenSpec], bool]:
+async def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[list[GenSpec], bool]:
     """Normalize a ``/generate`` body into per-prompt specs; returns ``(specs, single)``."""
     if (body.text is None) == (body.input_ids is None):
         raise RequestError("pass exactly one of text and input_ids", param="text")
     if body.text is not None:
         single = isinstance(body.text, str)
-        prompts = [tm.encode(t) for t in ([body.text] if single else body.text)]
+        prompts = [await tm.encode_async(t) for t in ([body.text] if single else body.text)]
     else:
         ids = body.input_ids
         single = not (ids and isinstance(ids[0], list))
@@ -88,6 +123,32 @@ def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[list[Gen
     ], single
 
 
+class ContainErrors:
+    """ASGI middleware: an unexpected exception becomes a logged 500 for that request only; it
+    never reaches the server (which would close the keep-alive connection)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # noqa: BLE001 - a bug; contained to this request
+            logger.exception("error serving %s", scope.get("path"))
+            if not started:
+                body = error_body(f"internal error: {type(exc).__name__}: {exc}", 500)
+                await JSONResponse(body, status_code=500)(scope, receive, send)
+
+
 def _api_key_middleware(app: FastAPI, api_key: str) -> None:
     @app.middleware("http")
     async def check_key(request: Request, call_next):
@@ -107,10 +168,11 @@ def create_app(tm: TokenizerManager) -> FastAPI:
     async def on_request_error(request: Request, exc: RequestError):
         return JSONResponse(error_body(exc.message, exc.status, exc.param), status_code=exc.status)
 
-    @app.exception_handler(Exception)
-    async def on_exception(request: Request, exc: Exception):  # NOTE: contained to one request
-        logger.exception("error serving %s", request.url.path)
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", 500), status_code=500)
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError):
+        return JSONResponse(error_body(str(exc)[:500], 400), status_code=400)
+
+    app.add_middleware(ContainErrors)
 
     if tm.config.api_key:
         _api_key_middleware(app, tm.config.api_key)
@@ -118,7 +180,7 @@ def create_app(tm: TokenizerManager) -> FastAPI:
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
         body = await parse_body(request, GenerateReqInput)
-        specs, single = native_specs(body, tm)
+        specs, single = await native_specs(body, tm)
         states, queue = await tm.submit(specs)
         if body.stream:
             async def events():
@@ -128,8 +190,8 @@ def create_app(tm: TokenizerManager) -> FastAPI:
                         if len(states) > 1:
                             out["index"] = st.index
                         reason = st.finish_reason or {}
-                        if reason.get("status_code") == 400 and not st.output_ids:
-                            yield sse({"error": {"message": reason.get("message", "bad request")}})
+                        if reason.get("status_code"):
+                            yield sse(error_body(reason.get("message", "bad request"), reason["status_code"]))
                         else:
                             yield sse(out)
                     yield "data: [DONE]\n\n"
@@ -142,11 +204,14 @@ def create_app(tm: TokenizerManager) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return Response(status_code=200)
+        """200 while the scheduler loop answers a ping within --health-timeout-s; else 503."""
+        if await tm.scheduler_alive(tm.config.health_timeout_s):
+            return Response(status_code=200)
+        return JSONResponse(error_body("the scheduler is not responding", 503), status_code=503)
 
     @app.get("/health_generate")
     async def health_generate(request: Request):
-        spec = GenSpec(tm.encode("ok")[:1] or [0], {"max_new_tokens": 1, "temperature": 0.0})
+        spec = GenSpec((await tm.encode_async("ok"))[:1] or [0], {"max_new_tokens": 1, "temperature": 0.0})
         states, queue = await tm.submit([spec])
         try:
             await asyncio.wait_for(tm.wait_all(states, queue, request), timeout=30)
@@ -180,7 +245,7 @@ def create_app(tm: TokenizerManager) -> FastAPI:
     @app.post("/abort_request")
     async def abort_request(request: Request):
         body = await parse_body(request, AbortReqInput)
-        if body.abort_all:
+        if body.abort_all:  # NOTE: only an explicit abort_all aborts more than one request
             tm.abort_all()
         elif body.rid:
             tm.abort(body.rid)
@@ -191,11 +256,14 @@ def create_app(tm: TokenizerManager) -> FastAPI:
     @app.post("/tokenize")
     async def tokenize(request: Request):
         body = await parse_body(request, TokenizeReqInput)
-        enc = lambda t: tm.tokenizer.encode(t, add_special_tokens=body.add_special_tokens)  # noqa: E731
+
+        async def enc(text: str) -> list[int]:
+            return await tm.run_off_loop(lambda: tm.tokenizer.encode(text, add_special_tokens=body.add_special_tokens))
+
         if isinstance(body.prompt, str):
-            ids = enc(body.prompt)
+            ids = await enc(body.prompt)
             return {"tokens": ids, "count": len(ids), "max_model_len": tm.context_len}
-        ids = [enc(p) for p in body.prompt]
+        ids = [await enc(p) for p in body.prompt]
         return {"tokens": ids, "count": [len(x) for x in ids], "max_model_len": tm.context_len}
 
     @app.post("/detokenize")
@@ -204,11 +272,7 @@ def create_app(tm: TokenizerManager) -> FastAPI:
         vocab = tm.info.get("vocab_size") or len(tm.tokenizer)
         if any(t < 0 or t >= vocab for t in body.tokens):
             raise RequestError(f"tokens must be ids in [0, {vocab})", param="tokens")
-        return {"text": tm.tokenizer.decode(body.tokens)}
-
-    @app.post("/concate_and_append_request")
-    async def concate_and_append_request():
-        return Response(status_code=200)
+        return {"text": await tm.run_off_loop(tm.tokenizer.decode, body.tokens)}
 
     @app.get("/metrics")
     async def metrics():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from radixlm.runtime.server.http_native import SSE_HEADERS, parse_body, sse
+from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
+from radixlm.runtime.server.http_native import SSE_HEADERS, error_body, parse_body, sse
 from radixlm.runtime.server.openai_tools import parse_tool_calls, response_format_schema, tool_constraint
 from radixlm.runtime.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingExtras
 from radixlm.runtime.server.tokenizer_manager import GenSpec, ReqState, RequestError, TokenizerManager
@@ -50,8 +52,8 @@ def _usage(states: list[ReqState], n: int) -> dict[str, Any]:
 
 def _check_errors(states: list[ReqState]) -> None:
     for s in states:
-        if s.finish_reason and s.finish_reason.get("status_code") == 400:
-            raise RequestError(s.finish_reason.get("message", "bad request"))
+        if s.finish_reason and s.finish_reason.get("status_code"):
+            raise RequestError(s.finish_reason.get("message", "bad request"), status=s.finish_reason["status_code"])
 
 
 def _completion_logprobs(entries: list, tops: list, offset: int) -> dict[str, Any]:
@@ -89,10 +91,11 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
             p = [p]
         if not p:
             raise RequestError("prompt is empty", param="prompt")
-        prompts = [tm.encode(x) if isinstance(x, str) else list(x) for x in p]
-        texts = [x if isinstance(x, str) else tm.tokenizer.decode(x) for x in p]
-        if body.max_tokens is not None and body.max_tokens < 0:
-            raise RequestError("max_tokens must be >= 0", param="max_tokens")
+        vocab = tm.info.get("vocab_size") or len(tm.tokenizer)
+        if any(not isinstance(x, str) and any(t >= vocab for t in x) for x in p):  # NOTE: before decoding
+            raise RequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        prompts = [await tm.encode_async(x) if isinstance(x, str) else list(x) for x in p]
+        texts = [x if isinstance(x, str) else await tm.run_off_loop(tm.tokenizer.decode, x) for x in p]
         sp = _sampling(body, 16 if body.max_tokens is None else body.max_tokens,
                        response_format_schema(body.response_format))
         lp = body.logprobs is not None
@@ -121,8 +124,8 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
                                        "choices": [{"index": s.index, "text": texts[s.index // n], "logprobs": None,
                                                     "finish_reason": None}]})
                     async for st in tm.updates(states, queue, request):
-                        if st.finish_reason and st.finish_reason.get("status_code") == 400:
-                            yield sse({"error": {"message": st.finish_reason.get("message")}})
+                        if st.finish_reason and st.finish_reason.get("status_code"):
+                            yield sse(error_body(st.finish_reason.get("message", "error"), st.finish_reason["status_code"]))
                             continue
                         delta = st.text[sent[st.index]:]
                         chunk_lp = logprobs_of(st, sent_lp[st.index])
@@ -150,7 +153,7 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         body = await parse_body(request, ChatCompletionRequest)
-        ids = _chat_prompt(tm, body)
+        ids = await _chat_prompt(tm, body)
         schema, forced = tool_constraint(body.tools, body.tool_choice)
         constrained = schema is not None
         if schema is None:
@@ -158,8 +161,6 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
         max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         if max_new is None:
             max_new = max(tm.context_len - len(ids) - 1, 1)
-        if max_new < 0:
-            raise RequestError("max_tokens must be >= 0", param="max_tokens")
         top = body.top_logprobs or 0
         spec = GenSpec(ids, _sampling(body, max_new, schema), body.logprobs, -1, top, True, body.rid)
         states, queue = await tm.submit([spec])
@@ -178,8 +179,8 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
                     for s in states:
                         yield chunk(s.index, {"role": "assistant", "content": ""}, None)
                     async for st in tm.updates(states, queue, request):
-                        if st.finish_reason and st.finish_reason.get("status_code") == 400:
-                            yield sse({"error": {"message": st.finish_reason.get("message")}})
+                        if st.finish_reason and st.finish_reason.get("status_code"):
+                            yield sse(error_body(st.finish_reason.get("message", "error"), st.finish_reason["status_code"]))
                             continue
                         lps = None
                         if body.logprobs:
@@ -219,8 +220,10 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
                 "choices": choices, "usage": _usage(states, n)}
 
 
-def _chat_prompt(tm: TokenizerManager, body: ChatCompletionRequest) -> list[int]:
-    """Render the messages with the tokenizer's chat template and tokenize them."""
+async def _chat_prompt(tm: TokenizerManager, body: ChatCompletionRequest) -> list[int]:
+    """Render the messages with the tokenizer's chat template and tokenize them, off the event
+    loop; the rendering is stopped after ``template_timeout_s`` and refused past
+    ``max_template_chars`` (400)."""
     messages = []
     for m in body.messages:
         content = m.content
@@ -232,9 +235,23 @@ def _chat_prompt(tm: TokenizerManager, body: ChatCompletionRequest) -> list[int]
                 msg[key] = getattr(m, key)
         messages.append(msg)
     tools = [t.model_dump() for t in body.tools] if body.tools and body.tool_choice != "none" else None
-    try:
-        text = tm.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
+    cfg = tm.config
+
+    def render() -> str:
+        return tm.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
                                                 **(body.chat_template_kwargs or {}))
+
+    try:
+        text = await asyncio.wrap_future(submit_with_deadline(render, cfg.template_timeout_s, name="radixlm-template"))
+    except DeadlineExceeded:
+        raise RequestError(f"the chat template took longer than {cfg.template_timeout_s:g} s to render",
+                           param="chat_template_kwargs") from None
     except Exception as e:  # NOTE: template errors (missing template, bad roles) are the client's
         raise RequestError(f"cannot apply the chat template: {e}", param="messages") from None
-    return tm.tokenizer.encode(text, add_special_tokens=False)
+    if len(text) > cfg.max_template_chars:
+        raise RequestError(f"the rendered chat template has {len(text)} characters; the limit is "
+                           f"{cfg.max_template_chars}", param="chat_template_kwargs")
+    try:
+        return await tm.run_off_loop(lambda: tm.tokenizer.encode(text, add_special_tokens=False))
+    except (TypeError, ValueError, UnicodeError) as e:
+        raise RequestError(f"the messages cannot be tokenized: {e}", param="messages") from None

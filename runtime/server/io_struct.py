@@ -1,4 +1,4 @@
-"""Typed messages of the server's three ZeroMQ channels and their one codec (pickle).
+"""Typed messages of the server's three ZeroMQ channels and their one codec (msgpack).
 
 Channels (all PUSH -> PULL over ``ipc://`` paths unique per server instance, see :class:`IpcPaths`):
 
@@ -7,16 +7,26 @@ Channels (all PUSH -> PULL over ``ipc://`` paths unique per server instance, see
 * scheduler -> detokenizer: :class:`BatchTokenIDOut` (one per scheduler step).
 * detokenizer -> tokenizer manager: :class:`BatchStrOut` (one per scheduler step), and
   scheduler -> tokenizer manager: :class:`ControlReply` (answers to :class:`ControlReq`).
+
+The codec is msgpack (data only, never code): a message is a map tagged with its class name, and
+:func:`decode` rebuilds only the dataclasses of this module; anything else raises
+:class:`MalformedMessage`, which the receivers log and drop. The sockets live in a private
+directory (mode 0700) removed at shutdown; :func:`remove_stale_dirs` removes those whose server
+died without cleaning up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import pickle
+import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
+
+DIR_PREFIX = "radixlm-"
 
 # (logprob | None, token_id, [(logprob, token_id), ...] | None) as the scheduler records them.
 RawLogprob = tuple
@@ -24,19 +34,52 @@ RawLogprob = tuple
 
 @dataclass(frozen=True)
 class IpcPaths:
-    """The ``ipc://`` endpoints of one server instance (unique names under the temp dir)."""
+    """The ``ipc://`` endpoints of one server instance, in a private directory ``dir`` (0700,
+    named ``radixlm-<server pid>-<random>`` under the temp dir)."""
 
+    dir: str
     scheduler_in: str
     detokenizer_in: str
     tokenizer_in: str
 
     @classmethod
     def new(cls) -> "IpcPaths":
-        base = os.path.join(tempfile.gettempdir(), f"radixlm-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        return cls(f"ipc://{base}-sched", f"ipc://{base}-detok", f"ipc://{base}-tok")
+        """Create the directory (``mkdtemp``: mode 0700) after removing stale ones."""
+        remove_stale_dirs()
+        base = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
+        return cls(base, f"ipc://{base}/sched", f"ipc://{base}/detok", f"ipc://{base}/tok")
 
     def files(self) -> list[str]:
         return [p[len("ipc://"):] for p in (self.scheduler_in, self.detokenizer_in, self.tokenizer_in)]
+
+    def remove(self) -> None:
+        """Delete the socket directory (idempotent)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def remove_stale_dirs(root: str | None = None) -> list[str]:
+    """Remove socket directories of this user whose server process no longer exists."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(root):
+        if not name.startswith(DIR_PREFIX):
+            continue
+        path = os.path.join(root, name)
+        try:
+            pid = int(name[len(DIR_PREFIX):].split("-", 1)[0])
+            if os.stat(path).st_uid != os.getuid() or not os.path.isdir(path):
+                continue
+        except (ValueError, OSError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or not ours to judge)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 # ---------------------------------------------------------------- tokenizer -> scheduler
@@ -46,6 +89,7 @@ class DetokInit:
 
     prompt_tail: list[int]
     stop: list[str]
+    stop_regex: list[str] = field(default_factory=list)
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     text_in_logprobs: bool = False
@@ -78,7 +122,8 @@ class AbortReq:
 class ControlReq:
     """A request answered by a :class:`ControlReply` with the same ``req_id``.
 
-    ``kind``: ``flush_cache`` (payload: bool), ``server_info`` (payload: dict).
+    ``kind``: ``flush_cache`` (payload: bool), ``server_info`` (payload: dict), ``ping``
+    (payload: True; the health check's proof that the scheduler loop runs).
     """
 
     req_id: str
@@ -149,10 +194,54 @@ class BatchStrOut:
     snapshot: SchedulerSnapshot
 
 
+class MalformedMessage(ValueError):
+    """A frame that is not an encoded message of this module."""
+
+
+_TAG = "__msg__"
+_TYPES: dict[str, type] = {}
+
+
+def _register() -> None:
+    for obj in list(globals().values()):
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj is not IpcPaths:
+            _TYPES[obj.__name__] = obj
+
+
+def _default(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and type(obj).__name__ in _TYPES:
+        return {_TAG: type(obj).__name__, **{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}}
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    return str(obj)  # NOTE: e.g. a dtype in server_info; data, never code
+
+
+def _hook(d: dict) -> Any:
+    name = d.pop(_TAG, None)
+    if name is None:
+        return d
+    cls = _TYPES.get(name)
+    if cls is None:
+        raise MalformedMessage(f"unknown message type {name!r}")
+    return cls(**d)
+
+
 def encode(msg: object) -> bytes:
-    """The one codec of every channel."""
-    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    """The one codec of every channel (msgpack of the tagged dataclass)."""
+    return msgpack.packb(msg, default=_default, use_bin_type=True)
 
 
 def decode(data: bytes) -> object:
-    return pickle.loads(data)
+    """Inverse of :func:`encode`. Raises :class:`MalformedMessage` for anything else."""
+    try:
+        msg = msgpack.unpackb(data, object_hook=_hook, raw=False, strict_map_key=False)
+    except MalformedMessage:
+        raise
+    except Exception as e:  # msgpack's errors, or a tagged map with wrong fields (TypeError)
+        raise MalformedMessage(f"{type(e).__name__}: {e}") from None
+    if type(msg).__name__ not in _TYPES:
+        raise MalformedMessage(f"not a message: {type(msg).__name__}")
+    return msg
+
+
+_register()

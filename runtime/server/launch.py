@@ -2,7 +2,9 @@
 wait until each reports ready, then serve HTTP from this process with the TokenizerManager.
 
 Shutdown: SIGINT/SIGTERM stop the HTTP server, then the children are terminated (and killed if
-they linger); children also get SIGKILL from the kernel if this process dies. If a child dies
+they linger) and the private socket directory is removed; if this process is killed, the kernel
+sends the children SIGTERM and they remove the socket directory (and the next server start removes
+any directory whose server pid is gone). If a child dies
 while serving, the server logs which one and how, and exits with status 1.
 """
 
@@ -112,11 +114,7 @@ class ServerProcesses:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
-        for path in self.paths.files():
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        self.paths.remove()
 
 
 def launch_server(config: ServerConfig) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -23,13 +24,21 @@ def setup_logging(log_level: str, name: str) -> None:
     )
 
 
-def die_with_parent() -> None:
-    """Make the kernel SIGKILL this process when its parent exits (Linux); elsewhere a thread
-    polls the parent pid. Either way no child outlives the server."""
+def die_with_parent(cleanup_dir: str | None = None) -> None:
+    """Make the kernel send SIGTERM to this process when its parent exits (Linux); elsewhere a
+    thread polls the parent pid. SIGTERM removes ``cleanup_dir`` (the server's socket directory,
+    so a SIGKILLed server leaves nothing behind) and exits. Either way no child outlives the server."""
     parent = os.getppid()
+
+    def on_term(*_) -> None:
+        if cleanup_dir and os.getppid() != parent:  # NOTE: orphaned: the parent cannot clean up
+            shutil.rmtree(cleanup_dir, ignore_errors=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
         return
@@ -39,6 +48,8 @@ def die_with_parent() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
+        if cleanup_dir:
+            shutil.rmtree(cleanup_dir, ignore_errors=True)
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
@@ -55,10 +66,10 @@ def set_process_name(name: str) -> None:
         pass
 
 
-def child_init(log_level: str, name: str) -> None:
+def child_init(log_level: str, name: str, cleanup_dir: str | None = None) -> None:
     """Common start of every child: logging, process name ``radixlm-<name>``, parent-death
-    signal, SIGINT left to the parent."""
+    signal (removing ``cleanup_dir`` when orphaned), SIGINT left to the parent."""
     setup_logging(log_level, name)
     set_process_name(f"radixlm-{name}"[:15])
-    die_with_parent()
+    die_with_parent(cleanup_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C reaches the group; the parent decides

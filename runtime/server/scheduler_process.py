@@ -13,7 +13,7 @@ from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.server.io_struct import (
-    AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, SchedulerSnapshot,
+    AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
     TokenIDOut, TokenizedGenerateReq, decode, encode,
 )
 from radixlm.runtime.server.procs import child_init
@@ -67,7 +67,13 @@ class SchedulerServer:
                 msg = decode(self.recv_sock.recv(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            self._handle(msg)
+            except MalformedMessage as e:  # NOTE: log and drop; the scheduler goes on
+                logger.error("dropped a malformed message: %s", e)
+                continue
+            try:
+                self._handle(msg)
+            except Exception:  # NOTE: one bad message must not stop the scheduler
+                logger.exception("handling %s failed", type(msg).__name__)
 
     def _handle(self, msg: object) -> None:
         if isinstance(msg, TokenizedGenerateReq):
@@ -107,6 +113,8 @@ class SchedulerServer:
     def _control(self, kind: str):
         if kind == "flush_cache":
             return self.scheduler.flush_cache()
+        if kind == "ping":
+            return True
         if kind == "server_info":
             return {**vars(self.args), **self.ready_info(), **self.scheduler.server_info(), **vars(self._snapshot())}
         return None
@@ -191,7 +199,7 @@ class SchedulerServer:
 def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection) -> None:
     """Process entry: build the scheduler, report ``ready`` (a dict) on ``ready``, serve forever.
     A startup failure is reported as ``{"status": "error", "message": traceback}``."""
-    child_init(args.log_level, "scheduler")
+    child_init(args.log_level, "scheduler", paths.dir)
     try:
         server = SchedulerServer(args, paths)
     except Exception:

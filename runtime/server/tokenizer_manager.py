@@ -4,6 +4,7 @@ the scheduler, and collects the detokenizer's per-step outputs into per-request 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 import uuid
@@ -17,10 +18,11 @@ import zmq.asyncio
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.config import ServerConfig
 from radixlm.runtime.server.io_struct import (
-    AbortReq, BatchStrOut, ControlReply, ControlReq, DetokInit, IpcPaths, SchedulerSnapshot, StrOut,
-    TokenizedGenerateReq, decode, encode,
+    AbortReq, BatchStrOut, ControlReply, ControlReq, DetokInit, IpcPaths, MalformedMessage, SchedulerSnapshot,
+    StrOut, TokenizedGenerateReq, decode, encode,
 )
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.protocol import MAX_TOP_LOGPROBS
 
 logger = logging.getLogger("radixlm.tokenizer_manager")
 
@@ -118,6 +120,9 @@ class TokenizerManager:
         self._send.connect(paths.scheduler_in)
         self._recv: zmq.asyncio.Socket | None = None
         self._task: asyncio.Task | None = None
+        self.groups: dict[str, list[str]] = {}  # submitted rid -> its sample rids (n > 1)
+        # NOTE: tokenization and template rendering run here, never on the event loop
+        self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="radixlm-tokenize")
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -130,7 +135,11 @@ class TokenizerManager:
 
     async def _recv_loop(self) -> None:
         while True:
-            msg = decode(await self._recv.recv())
+            try:
+                msg = decode(await self._recv.recv())
+            except MalformedMessage as e:  # NOTE: log and drop
+                logger.error("dropped a malformed message: %s", e)
+                continue
             try:
                 if isinstance(msg, BatchStrOut):
                     self.snapshot = msg.snapshot
@@ -168,6 +177,7 @@ class TokenizerManager:
         if out.finish_reason is not None:
             st.finish_reason = out.finish_reason
             del self.states[out.rid]
+            self.groups.pop(out.rid, None)
             self.metrics.observe_finish(st.prompt_tokens, st.completion_tokens, st.cached_tokens,
                                         now - st.t0, out.finish_reason.get("type") == "abort")
         st.queue.put_nowait(st.index)
@@ -175,6 +185,17 @@ class TokenizerManager:
     # ------------------------------------------------------------ requests
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
+
+    async def run_off_loop(self, fn, *args):
+        """Run blocking work (tokenization, template rendering) in the tokenizer threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def encode_async(self, text: str) -> list[int]:
+        """Tokenize off the event loop; raises RequestError(400) for text the tokenizer refuses."""
+        try:
+            return await self.run_off_loop(self.tokenizer.encode, text)
+        except (TypeError, ValueError, UnicodeError) as e:
+            raise RequestError(f"the text cannot be tokenized: {e}", param="text") from None
 
     def num_queued(self) -> int:
         return sum(1 for s in self.states.values() if not s.started)
@@ -196,55 +217,53 @@ class TokenizerManager:
         vocab = self.info.get("vocab_size")
         if vocab and any(not isinstance(t, int) or t < 0 or t >= vocab for t in spec.input_ids):
             raise RequestError(f"{where}input_ids must be token ids in [0, {vocab})", param="input_ids")
+        if vocab and any(t >= vocab for t in sp.stop_token_ids):
+            raise RequestError(f"{where}stop_token_ids must be token ids in [0, {vocab})", param="stop_token_ids")
+        # NOTE: SGLang/OpenAI: an explicit max_new_tokens past the context is refused, not clamped
+        # (the default is clamped to the context by the scheduler).
+        if "max_new_tokens" in spec.sampling_params and n + sp.max_new_tokens > self.context_len:
+            raise RequestError(
+                f"{where}requested token count exceeds the model's maximum context length of {self.context_len} "
+                f"tokens: {n} in the prompt + max_new_tokens={sp.max_new_tokens}", param="max_new_tokens")
+        if spec.logprob_start_len is not None and spec.logprob_start_len < -1:
+            raise RequestError(f"{where}logprob_start_len must be >= -1", param="logprob_start_len")
         if spec.logprob_start_len is not None and spec.logprob_start_len > n:
             raise RequestError(f"{where}logprob_start_len={spec.logprob_start_len} exceeds the prompt length {n}",
                                param="logprob_start_len")
-        if spec.top_logprobs_num < 0:
-            raise RequestError(f"{where}top_logprobs_num must be >= 0", param="top_logprobs_num")
+        if not 0 <= spec.top_logprobs_num <= MAX_TOP_LOGPROBS:
+            raise RequestError(f"{where}top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs_num")
         return sp
-
-    async def _check_grammar(self, sp: SamplingParams) -> None:
-        """Compile the constraint once to reject invalid ones with 400 (when grammar/ offers it)."""
-        g = sp.grammar
-        if g is None:
-            return
-        try:
-            from radixlm.grammar import GrammarCompiler
-        except ImportError:
-            return  # the scheduler will abort the request with its message
-        kind, source = g
-        t0 = time.perf_counter()
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, _compile_cached, self, GrammarCompiler, kind, source)
-        except (ValueError, TypeError, RecursionError) as e:
-            raise RequestError(f"invalid {kind}: {e}", param=kind) from None
-        finally:
-            self.metrics.grammar_compile.observe(time.perf_counter() - t0)
 
     async def submit(self, specs: list[GenSpec]) -> tuple[list[ReqState], asyncio.Queue]:
         """Validate every spec, expand ``n``, send to the scheduler. Returns the per-sample states
         (prompt-major order) and the queue that receives their indices on each update.
         Raises :class:`RequestError` (400 bad input, 503 over ``max_queued_requests``)."""
         reqs: list[tuple[TokenizedGenerateReq, GenSpec]] = []
+        groups: dict[str, list[str]] = {}
         for i, spec in enumerate(specs):
             where = f"request {i}: " if len(specs) > 1 else ""
             sp = self._validate(spec, where)
-            await self._check_grammar(sp)
+            # NOTE: grammars are compiled once, by the scheduler (time-limited); the protocol
+            # models did the cheap syntax checks. A compile failure aborts that request with 400.
             base = spec.rid or uuid.uuid4().hex
-            detok = DetokInit(spec.input_ids[-5:], list(sp.stop), sp.skip_special_tokens,
+            detok = DetokInit(spec.input_ids[-5:], list(sp.stop), list(sp.stop_regex or []), sp.skip_special_tokens,
                               sp.spaces_between_special_tokens, spec.return_text_in_logprobs)
             for k in range(sp.n):
                 rid = base if sp.n == 1 else f"{base}-{k}"
                 seed = None if sp.seed is None else sp.seed + k
                 reqs.append((TokenizedGenerateReq(rid, spec.input_ids, spec.sampling_params, spec.return_logprob,
                                                   spec.logprob_start_len, spec.top_logprobs_num, seed, detok), spec))
+            if sp.n > 1:
+                groups[base] = [f"{base}-{k}" for k in range(sp.n)]
         rids = [r.rid for r, _ in reqs]
-        if len(set(rids)) != len(rids) or any(r in self.states for r in rids):
+        if (len(set(rids)) != len(rids) or any(r in self.states or r in self.groups for r in rids)
+                or any(g in self.states or g in self.groups for g in groups)):
             raise RequestError("duplicate request id (rid)", param="rid")
         limit = self.config.max_queued_requests
         if limit is not None and self.num_queued() + len(reqs) > limit:
             raise RequestError(f"too many queued requests (max_queued_requests={limit}); retry later", status=503)
         queue: asyncio.Queue = asyncio.Queue()
+        self.groups.update(groups)
         states = []
         for idx, (r, spec) in enumerate(reqs):
             st = ReqState(r.rid, idx, queue, spec.return_logprob, spec.top_logprobs_num)
@@ -254,9 +273,8 @@ class TokenizerManager:
         return states, queue
 
     def abort(self, rid: str, message: str = "aborted") -> None:
-        """Abort ``rid`` and its ``n`` samples (``rid-k``)."""
-        targets = [r for r in list(self.states) if r == rid or r.startswith(f"{rid}-")] or [rid]
-        for r in targets:
+        """Abort exactly ``rid`` (a request submitted with ``n > 1`` under ``rid``: its samples)."""
+        for r in self.groups.pop(rid, None) or [rid]:
             self._send.send(encode(AbortReq(rid=r, message=message)))
 
     def abort_all(self) -> None:
@@ -298,8 +316,8 @@ class TokenizerManager:
         if any(not s.finished for s in states):
             raise RequestError("client disconnected", status=499)
         for s in states:
-            if s.finish_reason.get("status_code") == 400:
-                raise RequestError(s.finish_reason.get("message", "bad request"))
+            if s.finish_reason.get("status_code"):
+                raise RequestError(s.finish_reason.get("message", "bad request"), status=s.finish_reason["status_code"])
         return states
 
     async def control(self, kind: str, timeout: float = 60.0) -> Any:
@@ -313,21 +331,10 @@ class TokenizerManager:
         finally:
             self._control.pop(req_id, None)
 
-
-_compiled_ok: dict[tuple[str, str], bool] = {}
-
-
-def _compile_cached(tm: TokenizerManager, compiler_cls, kind: str, source: str) -> None:
-    key = (kind, source)
-    if key in _compiled_ok:
-        return
-    compiler = getattr(tm, "_grammar_compiler", None)
-    if compiler is None:
-        compiler = tm._grammar_compiler = compiler_cls(tm.tokenizer)
-    fn = {"regex": "compile_regex", "json_schema": "compile_json_schema", "ebnf": "compile_ebnf"}[kind]
-    if not hasattr(compiler, fn):
-        return
-    getattr(compiler, fn)(source)
-    if len(_compiled_ok) > 1024:
-        _compiled_ok.clear()
-    _compiled_ok[key] = True
+    async def scheduler_alive(self, timeout: float) -> bool:
+        """Whether the scheduler loop answers a ping within ``timeout`` seconds (it answers
+        between steps, so a step longer than ``timeout`` also reads as not alive)."""
+        try:
+            return bool(await self.control("ping", timeout))
+        except asyncio.TimeoutError:
+            return False
