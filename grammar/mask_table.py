@@ -97,8 +97,8 @@ class MaskTable:
         """int64 ``[len(states)]`` row ids (``None`` state: the stop-only row 0). Computes the
         masks of states seen for the first time in one batched call."""
         if self._dense is not None:
-            ids = np.fromiter((0 if s is None else s for s in states), dtype=np.int64, count=len(states))
-            return self._dense[ids]
+            ids = np.fromiter((-1 if s is None else s for s in states), dtype=np.int64, count=len(states))
+            return np.where(ids < 0, 0, self._dense[ids])  # NOTE: None (terminated): stop row 0
         with self._lock:
             row_of = self._row_of
             todo = [s for s in dict.fromkeys(states) if s is not None and s not in row_of]

@@ -6,23 +6,36 @@ Step k+1's input ids are step k's sampled ids, fed on the device without a host 
 A request that finishes at step k has already been launched in step k+1: that extra token is
 dropped and its slot freed when step k+1 is processed, so outputs are unchanged. Overlap runs only
 while nothing else must happen between steps: no waiting or chunked requests, no jump-forward
-extends, enough free KV, and only requests whose sampling needs no host-side logits processing.
+extends, enough free KV, and only requests whose sampling needs no host-side logits processing
+other than a grammar mask.
+
+Grammar-constrained batches overlap too, in two phases: step k+1's forward is launched first, then
+step k's results are processed (its tokens advance the matchers), then step k+1's masks are filled
+(host work while the GPU still runs the forward) and its sampling is launched. A request whose
+step-k processing appended jump-forward tokens drops its step k+1 token (its context changed) and
+is prefilled next, like a finished one.
 """
 
 from __future__ import annotations
+
+import torch
 
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.model_runner import DecodeHandle
 from radixlm.runtime.request import Req
+from radixlm.runtime.sampler import sample
 from radixlm.runtime.scheduler import Scheduler
+
+
+def _has_grammar(batch: ScheduleBatch) -> bool:
+    return any(r.extra.get("grammar_matcher") is not None for r in batch.reqs)
 
 
 def _needs_host_logits(req: Req) -> bool:
     sp = req.sampling_params
     return bool(
         req.return_logprob
-        or sp.grammar is not None
         or sp.frequency_penalty
         or sp.presence_penalty
         or sp.repetition_penalty != 1.0
@@ -51,19 +64,56 @@ class OverlapScheduler(Scheduler):
             if batch.mode == ForwardMode.DECODE and not any(map(_needs_host_logits, batch.reqs)):
                 self._checked_idle = False
                 self.cur_batch = batch
-                self.inflight = (batch, self.runner.launch_decode(batch))
+                self.inflight = (batch, self._sample(batch, self._forward(batch)))
                 return aborted
             return aborted + self._run_batch(batch)
         prev, handle = self.inflight
         nxt = self._followup(prev)
-        nxt_handle = self.runner.launch_decode(nxt, input_ids=handle.next_ids) if nxt is not None else None
+        logits = self._forward(nxt, handle.next_ids) if nxt is not None else None
+        nxt_handle = None
+        if nxt is not None and not _has_grammar(nxt):
+            nxt_handle = self._sample(nxt, logits)
         outs = self.runner.collect(handle)  # NOTE: the GPU is already busy with step k+1
         self.cur_batch = prev
-        touched = self._process(prev, outs)
+        touched = self._process(*self._without_dropped(prev, outs))
+        if nxt is not None and nxt_handle is None:  # grammar: masks need step k's tokens
+            nxt.extra["drop"] = {id(r) for r in nxt.reqs if r.extra.get("needs_extend")}
+            nxt_handle = self._sample(nxt, logits)
         self.inflight = (nxt, nxt_handle) if nxt is not None else None
         self.cur_batch = nxt
         self.ran_batch = True
         return self._take_aborted() + touched
+
+    def _forward(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        logits, _ = self.runner.forward_logits(batch, input_ids)
+        return logits
+
+    @torch.inference_mode()
+    def _sample(self, batch: ScheduleBatch, logits: torch.Tensor) -> DecodeHandle:
+        """Mask (grammar rows), sample and start the host copy of ``batch``'s next ids."""
+        if _has_grammar(batch):
+            self.grammar.mask_logits(logits, batch, list(range(len(batch.slices))))
+        next_ids = sample(logits, batch.reqs, self.runner.generator)
+        cuda = next_ids.is_cuda
+        host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=cuda)
+        host.copy_(next_ids, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return DecodeHandle(next_ids, host, event)
+
+    def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
+        """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
+        appended text after this step was launched); their slots go back, their state is kept."""
+        drop = batch.extra.get("drop")
+        if not drop:
+            return batch, outs
+        keep = [i for i, s in enumerate(batch.slices) if id(s.req) not in drop]
+        gone = [i for i, s in enumerate(batch.slices) if id(s.req) in drop]
+        self.allocator.free(batch.out_cache_loc[gone])
+        kept = ScheduleBatch(batch.mode, [batch.slices[i] for i in keep], out_cache_loc=batch.out_cache_loc[keep])
+        return kept, [outs[i] for i in keep]
 
     def _followup(self, prev: ScheduleBatch) -> ScheduleBatch | None:
         """The decode batch after ``prev`` for the same requests, or None when the scheduler must

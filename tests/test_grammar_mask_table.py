@@ -1,0 +1,164 @@
+"""Precomputed / cached mask tables (issue 12): rows equal a direct per-token check of the grammar,
+a batched fill equals per-matcher fills, on the default model's vocabulary (always) and GPT-2's
+(when the shared data is present)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from radixlm.grammar import GrammarCompiler, GrammarMatcher, allocate_token_bitmask
+from radixlm.grammar.bitmask import unpack_bitmask
+from radixlm.grammar.matcher import fill_batch_bitmask
+from radixlm.grammar.maskbench import load_tokenizer, shared_data
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "bc"]}}},
+          "required": ["name", "age"]}
+TREE = {"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {
+    "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}, "required": ["v"]}}}
+GRAMMARS = [
+    ("regex", r"(\+|-)?[0-9]{1,4}(\.[0-9]{2})? (apples|pears)"),
+    ("regex", r"[A-Z][a-z]+ [A-Z]\. [a-zé]{2,8}"),
+    ("json_schema", json.dumps(SCHEMA)),
+    ("json_schema", json.dumps(TREE)),  # recursive: the Earley engine
+    ("ebnf", 'root: "[" item ("," item)* "]"\nitem: NUMBER | "\\"" /[a-z]+/ "\\""\nNUMBER: /[0-9]+/'),
+]
+
+
+def _vocabs() -> list[str]:
+    names = ["default"]
+    if (shared_data() / "tokenizers" / "gpt-2").is_dir():
+        names.append("gpt-2")
+    return names
+
+
+_COMPILERS: dict[str, GrammarCompiler] = {}
+
+
+def _compiler(name: str) -> GrammarCompiler:
+    if name not in _COMPILERS:
+        if name == "default":
+            from transformers import AutoTokenizer
+
+            from radixlm.runtime.default_model import default_model_path
+
+            tok = AutoTokenizer.from_pretrained(default_model_path())
+        else:
+            tok = load_tokenizer(name)
+        _COMPILERS[name] = GrammarCompiler(tok)
+    return _COMPILERS[name]
+
+
+def _compile(comp: GrammarCompiler, kind: str, source: str):
+    return {"regex": comp.compile_regex, "json_schema": comp.compile_json_schema, "ebnf": comp.compile_ebnf}[kind](source)
+
+
+def _direct(matcher: GrammarMatcher, tokens: np.ndarray) -> np.ndarray:
+    """Reference: the grammar engine advanced by each token's bytes, no table and no trie."""
+    engine, info = matcher.compiled.engine, matcher.compiled.tokenizer_info
+    state = matcher.mask_state()
+    out = np.zeros(info.vocab_size, dtype=bool)
+    for t in tokens.tolist():
+        data = info.token_bytes[t]
+        if data is not None and engine.advance(state, data) is not None:
+            out[t] = True
+    if engine.accepting(state):
+        out[list(info.stop_token_ids)] = True
+    return out
+
+
+def _walk(matcher: GrammarMatcher, rng: random.Random, steps: int, sample: np.ndarray):
+    """Yield the matcher at ``steps`` states along a random valid path."""
+    vocab = matcher.compiled.tokenizer_info.vocab_size
+    for _ in range(steps):
+        yield matcher
+        allowed = np.nonzero(_table_bits(matcher, vocab))[0]
+        allowed = allowed[~np.isin(allowed, matcher.compiled.tokenizer_info.stop_token_ids)]
+        if allowed.size == 0:
+            return
+        assert matcher.accept_token(int(rng.choice(allowed.tolist())))
+
+
+def _table_bits(matcher: GrammarMatcher, vocab: int) -> np.ndarray:
+    bm = allocate_token_bitmask(1, vocab)
+    matcher.fill_next_token_bitmask(bm, 0)
+    return unpack_bitmask(bm, vocab)[0].numpy()
+
+
+@pytest.mark.parametrize("vocab", _vocabs())
+@pytest.mark.parametrize("kind,source", GRAMMARS, ids=[f"{k}{i}" for i, (k, _) in enumerate(GRAMMARS)])
+def test_table_rows_equal_direct_check(vocab: str, kind: str, source: str) -> None:
+    comp = _compiler(vocab)
+    info = comp.tokenizer_info
+    compiled = _compile(comp, kind, source)
+    if type(compiled.engine).__name__ == "DfaEngine":
+        assert compiled.masks.complete  # precomputed at compile time: no walk on the decode path
+    rng = random.Random(hash((vocab, source)) & 0xFFFF)
+    earley = not compiled.masks.complete
+    n = info.tokenizer_size
+    sample = np.asarray(sorted(set(rng.sample(range(n), 2500 if earley else 8000)) | set(range(0, n, 997)) | set(range(256))), dtype=np.int64)
+    checked = 0
+    for m in _walk(GrammarMatcher(compiled), rng, 4 if earley else 10, sample):
+        got = _table_bits(m, info.vocab_size)
+        want = _direct(m, sample)
+        assert (got[sample] == want[sample]).all(), np.nonzero(got[sample] != want[sample])[0][:10]
+        assert got.any()
+        checked += 1
+    assert checked >= 3
+
+
+def test_batched_fill_equals_per_matcher_fill() -> None:
+    """Mixed grammars, unconstrained (None) rows, a terminated matcher, repeated states."""
+    comp = _compiler("default")
+    info = comp.tokenizer_info
+    grammars = [_compile(comp, k, s) for k, s in GRAMMARS]
+    rng = random.Random(1)
+    matchers: list[GrammarMatcher | None] = []
+    for i in range(12):
+        if i % 5 == 4:
+            matchers.append(None)
+            continue
+        m = GrammarMatcher(grammars[i % len(grammars)])
+        for _ in range(rng.randrange(4)):
+            allowed = np.nonzero(_table_bits(m, info.vocab_size))[0]
+            allowed = allowed[~np.isin(allowed, info.stop_token_ids)]
+            if allowed.size:
+                m.accept_token(int(rng.choice(allowed.tolist())))
+        matchers.append(m)
+    done = GrammarMatcher(comp.compile_regex("ab"))
+    assert done.accept_string("ab") and done.accept_token(info.stop_token_ids[0]) and done.is_terminated()
+    matchers.append(done)
+    batched = torch.full((len(matchers), info.mask_words), 7, dtype=torch.int32)
+    fill_batch_bitmask(matchers, batched)
+    for i, m in enumerate(matchers):
+        if m is None:
+            assert (batched[i] == 7).all()  # untouched
+            continue
+        one = allocate_token_bitmask(1, info.vocab_size)
+        m.fill_next_token_bitmask(one, 0)
+        assert torch.equal(batched[i], one[0])
+    stop_only = unpack_bitmask(batched[-1:], info.vocab_size)[0]
+    assert stop_only.sum().item() == len(info.stop_token_ids)
+
+
+def test_lazy_table_is_bounded_and_refills() -> None:
+    """Past its row budget the lazy table starts over; rows stay correct."""
+    comp = _compiler("default")
+    tree = dict(TREE, title="bounded")  # NOTE: a grammar of its own (the compiler caches)
+    compiled = comp.compile_json_schema(json.dumps(tree))
+    table = compiled.masks
+    assert not table.complete
+    table.max_rows = 4
+    m = GrammarMatcher(compiled)
+    rows = []
+    for text in ['{"v"', ': 1', ', "kids": [', '{"v": 2}', "]"]:
+        rows.append(m.next_token_mask())
+        assert m.accept_string(text)
+        assert table.n_rows <= 4 + 1
+    fresh = GrammarMatcher(comp.compile_json_schema(json.dumps(tree)))
+    assert (fresh.next_token_mask() == rows[0]).all()
