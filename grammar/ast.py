@@ -82,16 +82,66 @@ def star(node: Node) -> Node:
     return rep(node, 0, None)
 
 
+class Walk:
+    """Memoized bottom-up walks over an AST that is a DAG (shared sub-tuples, e.g. a ``$ref``
+    target used in many places): every distinct node object is visited once, so a schema whose
+    definitions reference each other many levels deep costs linear, not exponential, time.
+
+    NOTE: memo keys are ``id(node)``; the memo keeps each node alive so ids are never reused.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, tuple[Node, bool]] = {}
+        self._size: dict[int, tuple[Node, int]] = {}
+        self._shares: set[object] = set()
+
+    def has_ref(self, node: Node) -> bool:
+        """Whether ``node`` contains a ``("ref", name)`` (a grammar rule)."""
+        got = self._refs.get(id(node))
+        if got is not None:
+            return got[1]
+        kind = node[0]
+        if kind == "ref":
+            out = True
+        elif kind in ("cat", "alt"):
+            out = any(self.has_ref(n) for n in node[1])
+        elif kind in ("rep", "scope"):
+            out = self.has_ref(node[1])
+        elif kind == "share":
+            out = self.has_ref(node[2])
+        else:
+            out = False
+        self._refs[id(node)] = (node, out)
+        return out
+
+    def size(self, node: Node) -> int:
+        """About how many automaton fragments building ``node`` as a regex creates (its size as
+        a tree: repetitions count once per copy; a ``share`` key counts once)."""
+        got = self._size.get(id(node))
+        if got is not None:
+            return got[1]
+        kind = node[0]
+        if kind in ("cat", "alt"):
+            out = 1 + sum(self.size(n) for n in node[1])
+        elif kind == "rep":
+            copies = node[3] if node[3] is not None else node[2] + 1
+            out = 1 + self.size(node[1]) * max(copies, 1)
+        elif kind == "scope":
+            out = 1 + self.size(node[1])
+        elif kind == "share":
+            if node[1] in self._shares:
+                out = 1
+            else:
+                self._shares.add(node[1])
+                out = 1 + self.size(node[2])
+        elif kind == "dfa":
+            out = node[1].n_states
+        else:
+            out = 1
+        self._size[id(node)] = (node, out)
+        return out
+
+
 def has_ref(node: Node) -> bool:
-    kind = node[0]
-    if kind == "ref":
-        return True
-    if kind in ("cat", "alt"):
-        return any(has_ref(n) for n in node[1])
-    if kind == "rep":
-        return has_ref(node[1])
-    if kind == "share":
-        return has_ref(node[2])
-    if kind == "scope":
-        return has_ref(node[1])
-    return False
+    """Whether ``node`` contains a rule reference (one memoized walk; see :class:`Walk`)."""
+    return Walk().has_ref(node)

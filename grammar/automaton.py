@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.ast import Node
 from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
@@ -31,6 +32,8 @@ class _NFA:
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
             raise GrammarError("grammar too large: over %d automaton states" % MAX_NFA_STATES)
+        if not len(self.eps) & 4095:
+            check_budget("building an automaton")
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -227,6 +230,8 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
             order.append(key)
             if len(order) > MAX_DFA_STATES:
                 raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+            if not len(order) & 255:
+                check_budget("determinizing an automaton")
         return d
 
     k = 0

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from radixlm.grammar.ast import Node, has_ref
+from radixlm.grammar.ast import Node, Walk
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 
@@ -66,6 +67,8 @@ class Lowering:
         self.cfg = CFG()
         self.named: dict[str, int] = {}
         self.shared: dict[object, int] = {}
+        self.walk = Walk()
+        self.symbols: dict[int, tuple[Node, int | None]] = {}
 
     def build(self, root: Node, ignore: list[Node] = ()) -> CFG:
         start = self.cfg.nt("<start>")
@@ -90,13 +93,21 @@ class Lowering:
         return self.named[name]
 
     def symbol(self, node: Node) -> int | None:
-        """One symbol for ``node`` (None: the node matches nothing)."""
-        while node[0] == "scope" and has_ref(node):
+        """One symbol for ``node`` (None: the node matches nothing); one per distinct node object,
+        so a node shared in many places (a DAG) is lowered once."""
+        got = self.symbols.get(id(node))
+        if got is None:
+            check_budget("lowering a grammar")
+            got = self.symbols[id(node)] = (node, self._symbol(node))
+        return got[1]
+
+    def _symbol(self, node: Node) -> int | None:
+        while node[0] == "scope" and self.walk.has_ref(node):
             node = node[1]
         kind = node[0]
         if kind == "ref":
             return -(self._named(node[1]) + 1)
-        if not has_ref(node):
+        if not self.walk.has_ref(node):
             dfa = dfa_from_ast(node)
             if dfa.start == 0:
                 return None
@@ -145,7 +156,7 @@ class Lowering:
 
     def seq(self, node: Node) -> list[int] | None:
         """One alternative: the node as a symbol sequence, ref-free runs merged into terminals."""
-        while node[0] == "scope" and has_ref(node):
+        while node[0] == "scope" and self.walk.has_ref(node):
             node = node[1]
         items = node[1] if node[0] == "cat" else (node,)
         out: list[int] = []
@@ -161,7 +172,7 @@ class Lowering:
             return True
 
         for it in items:
-            if has_ref(it):
+            if self.walk.has_ref(it):
                 if not flush():
                     return None
                 s = self.symbol(it)
@@ -173,19 +184,19 @@ class Lowering:
         return out if flush() else None
 
     def alts(self, node: Node) -> list[list[int]]:
-        while node[0] == "scope" and has_ref(node):
+        while node[0] == "scope" and self.walk.has_ref(node):
             node = node[1]
         if node[0] != "alt":
             s = self.seq(node)
             return [] if s is None else [s]
-        plain = [it for it in node[1] if not has_ref(it)]
+        plain = [it for it in node[1] if not self.walk.has_ref(it)]
         out = []
         if plain:
             s = self.seq(("alt", tuple(plain)) if len(plain) > 1 else plain[0])
             if s is not None:
                 out.append(s)
         for it in node[1]:
-            if has_ref(it):
+            if self.walk.has_ref(it):
                 s = self.seq(it)
                 if s is not None:
                     out.append(s)

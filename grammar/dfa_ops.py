@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixlm.grammar.automaton import MAX_DFA_STATES, ByteDFA, _trim, dfa_from_ast
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 
 
@@ -39,6 +40,8 @@ def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
                 order.append(c)
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+                if not len(order) & 255:
+                    check_budget("intersecting automata")
             mapped[j] = d
         row = mapped[inv]
         row[dead] = 0

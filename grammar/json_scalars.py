@@ -14,7 +14,7 @@ from radixlm.grammar.ast import NOTHING, Node, cat
 from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast, regex_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.json_lexical import QUOTE, encode_content, int_range, number_range, string
+from radixlm.grammar.json_lexical import QUOTE, STRING_CHAR, encode_content, int_range, number_range, string
 
 _LEAP = r"([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
 _DATE = (r"([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
@@ -42,10 +42,48 @@ FORMATS = {
 }
 
 
-MAX_EXACT_LEN = 64
+MAX_EXACT_LEN = 64  # length bounds up to this are unrolled in the AST, longer ones counted
+MAX_COUNTED = 512  # maxLength above this is lowered to it (sound); minLength above it is an error
+_CHAR_DFA: list[ByteDFA] = []
 
 
-def _content_dfa(pattern: str, search: bool) -> ByteDFA:
+def counted_string(lo: int, hi: int | None) -> ByteDFA:
+    """The JSON strings of ``lo``..``hi`` characters (None: unbounded), built directly as layers
+    of the one-character DFA (a character's DFA is prefix-free: its accepting states are final)."""
+    if not _CHAR_DFA:
+        _CHAR_DFA.append(dfa_from_ast(STRING_CHAR))
+    one = _CHAR_DFA[0]
+    inner = [q for q in range(1, one.n_states) if not one.accept[q]]
+    local = {q: j for j, q in enumerate(inner)}
+    k, start = len(inner), local[one.start]
+    layers = (hi if hi is not None else lo) + 1
+    same = np.full((k, 256), -1, dtype=np.int64)
+    done = np.zeros((k, 256), dtype=bool)
+    for j, q in enumerate(inner):
+        row = one.trans[q]
+        for b in np.nonzero(row)[0].tolist():
+            t = int(row[b])
+            if one.accept[t]:
+                done[j, b] = True
+            else:
+                same[j, b] = local[t]
+    n = 3 + layers * k  # 0 dead, 1 before the opening quote, 2 after the closing quote
+    trans = np.zeros((n, 256), dtype=np.int32)
+    for i in range(layers):
+        off = 3 + i * k
+        nxt = off + k + start if i + 1 < layers else (off + start if hi is None else 0)
+        block = np.where(same >= 0, off + same, np.where(done, nxt, 0))
+        trans[off : off + k] = block
+        if i >= lo:
+            trans[off + start, 0x22] = 2
+    trans[1, 0x22] = 3 + start
+    accept = np.zeros(n, dtype=bool)
+    accept[2] = True
+    return _trim(trans, accept)
+
+
+def content_dfa(pattern: str, search: bool) -> ByteDFA:
+    """The JSON strings (with quotes, every encoding) whose decoded text matches ``pattern``."""
     return dfa_from_ast(cat(QUOTE, encode_content(regex_ast(pattern, search)), QUOTE))
 
 
@@ -56,14 +94,16 @@ def string_node(schema: dict, extra: dict) -> Node:
     hi = None if hi is None else int(hi)
     if hi is not None and hi < lo:
         return NOTHING
-    if lo > MAX_EXACT_LEN or (hi is not None and hi > MAX_EXACT_LEN):
-        raise GrammarError(f"unsupported: string minLength/maxLength above {MAX_EXACT_LEN}")
-    base = string(lo, hi)
+    if lo > MAX_COUNTED:
+        raise GrammarError(f"unsupported: string minLength above {MAX_COUNTED}")
+    if hi is not None and hi > MAX_COUNTED:
+        hi = MAX_COUNTED  # NOTE: a sound restriction: longer strings are rejected
+    base = string(lo, hi) if lo <= MAX_EXACT_LEN and (hi is None or hi <= MAX_EXACT_LEN) else ("dfa", counted_string(lo, hi))
     patterns = [p for p in [schema.get("pattern")] + list(extra.get("pattern", [])) if p is not None]
     formats = [f for f in [schema.get("format")] + list(extra.get("format", [])) if f in FORMATS]
     if not patterns and not formats:
         return base
-    dfas = [_content_dfa(p, True) for p in patterns] + [_content_dfa(FORMATS[f], False) for f in formats]
+    dfas = [content_dfa(p, True) for p in patterns] + [content_dfa(FORMATS[f], False) for f in formats]
     if lo or hi is not None:
         dfas.append(dfa_from_ast(base))
     out = dfas[0]

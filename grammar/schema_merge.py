@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import unquote
-
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_refs import pointer_parts
 
 Schema = Any  # dict or bool
 
@@ -29,15 +28,13 @@ ALL_TYPES = ("null", "boolean", "object", "array", "string", "number", "integer"
 
 
 def resolve_pointer(root: Schema, ref: str) -> Schema:
-    """Resolve a local ``$ref`` (``#``, ``#/definitions/x``, ``#/$defs/x``, any JSON pointer)."""
-    if not ref.startswith("#"):
-        raise GrammarError(f"$ref to another document is not supported: {ref!r}")
-    path = ref[1:]
-    if path and not path.startswith("/"):
-        raise GrammarError(f"$ref to an anchor is not supported: {ref!r}")
+    """Follow a ``$ref`` already made canonical by :func:`radixlm.grammar.schema_refs.canonical_refs`
+    (also plain local pointers: ``#``, ``#/definitions/x``, ``#/$defs/x``)."""
+    parts = pointer_parts(ref)
+    if parts is None:
+        return ref == "x-bool:true"
     node = root
-    for part in path.split("/")[1:] if path else []:
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
+    for part in parts:
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:

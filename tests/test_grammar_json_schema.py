@@ -141,17 +141,15 @@ def test_whitespace_modes() -> None:
 
 
 @pytest.mark.parametrize("schema,keyword", [
-    ({"type": "object", "patternProperties": {"^x": {}}}, "patternProperties"),
-    ({"type": "object", "dependencies": {"a": ["b"]}}, "dependencies"),
-    ({"type": "array", "contains": {"type": "integer"}}, "contains"),
-    ({"if": {"type": "string"}, "then": {"minLength": 1}}, "if"),
-    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "oneOf"),
-    ({"not": {"properties": {"a": {}}}}, "not"),
-    ({"$ref": "http://example.com/s.json"}, "$ref"),
+    ({"type": "array", "contains": {"type": "integer"}, "maxContains": 2}, "maxContains"),
+    ({"type": "array", "unevaluatedItems": False}, "unevaluatedItems"),
+    ({"$dynamicRef": "#meta"}, "dynamicRef"),
+    ({"not": {"multipleOf": 2}}, "not"),
+    ({"$ref": "http://example.com/s.json"}, "\\$ref"),
+    ({"type": "string", "minLength": 100000}, "minLength"),
 ])
 def test_unsupported_keywords_are_named(schema: dict, keyword: str) -> None:
-    with pytest.raises(GrammarError, match=keyword.replace("$", r"\$")):
+    with pytest.raises(GrammarError, match=keyword):
         json_schema_to_ast(schema)
 
 

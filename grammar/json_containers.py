@@ -1,0 +1,192 @@
+"""JSON Schema arrays and objects -> regex AST (a mixin of the schema converter)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, opt, rep
+from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.dfa_ops import product, union
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_lexical import string, string_literal
+from radixlm.grammar.json_scalars import content_dfa
+
+
+class ContainerMixin:
+    """``array`` and ``object`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
+
+    comma: Node
+    colon: Node
+    inner: Node
+
+    def array(self, s: dict) -> Node:
+        items = s.get("items")
+        prefix = s.get("prefixItems")
+        if isinstance(items, list):  # draft 4-7 tuple form
+            prefix, rest = items, s.get("additionalItems", True)
+        else:
+            rest = True if items is None else items
+        prefix = list(prefix or [])
+        lo = int(s.get("minItems", 0))
+        hi = s.get("maxItems")
+        hi = None if hi is None else int(hi)
+        rest_node = self.node(rest) if rest is not False else NOTHING
+        if rest_node == NOTHING:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        if hi is not None and hi < lo:
+            return NOTHING
+        nodes = [self.node(p) for p in prefix]
+
+        def elem(i: int) -> Node:
+            return nodes[i] if i < len(nodes) else rest_node
+
+        def tail(i: int) -> Node:  # elements i.. after at least one, each after a comma
+            if hi is not None and i >= hi:
+                return EMPTY
+            if i >= len(nodes):
+                return rep(cat(self.comma, rest_node), max(lo - i, 0), None if hi is None else hi - i)
+            more = cat(self.comma, elem(i), tail(i + 1))
+            return more if i < lo else opt(more)
+
+        body = cat(elem(0), tail(1)) if hi is None or hi > 0 else EMPTY
+        if lo == 0 and body != EMPTY:
+            body = opt(body)
+        out = cat(char("["), self.inner, body, self.inner, char("]"))
+        if "contains" in s:
+            out = self._contains(s, out, [rest] + list(prefix), rest_node, nodes)
+        return out
+
+    def _contains(self, s: dict, out: Node, elem_schemas: list, rest_node: Node, nodes: list[Node]) -> Node:
+        """``contains`` (with ``minContains`` <= 1): some element also matches the schema.
+        The array language is intersected with "[ e, ..., m, ..., e ]" where ``e`` is any element
+        form and ``m`` an element form that also satisfies ``contains``."""
+        lo_c = int(s.get("minContains", 1))
+        if "maxContains" in s:
+            raise GrammarError("unsupported JSON Schema keyword: 'maxContains'")
+        if lo_c > 1:
+            raise GrammarError("unsupported JSON Schema keyword: 'minContains' above 1")
+        if lo_c == 0:
+            return out
+        wanted = s["contains"]
+        marks = [self.node({"allOf": [e, wanted]}) for e in elem_schemas if e is not False]
+        mark = alt(*marks)
+        if mark == NOTHING:
+            return NOTHING
+        anyone = alt(rest_node, *nodes)
+        sep = self.comma
+        found = cat(char("["), self.inner, rep(cat(anyone, sep), 0, None), mark,
+                    rep(cat(sep, anyone), 0, None), self.inner, char("]"))
+        if not nodes and s.get("minItems", 0) <= 1 and "maxItems" not in s:
+            return found  # the same language: every element is a rest element
+        if self.walk.has_ref(out) or self.walk.has_ref(found):
+            raise GrammarError("unsupported JSON Schema keyword: 'contains' (with tuple items or item "
+                               "counts in a recursive schema)")
+        both = product(dfa_from_ast(out), dfa_from_ast(found), "and")
+        return ("dfa", both) if both.start else NOTHING
+
+    def _extra_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any) -> Node:
+        """Key/value pairs of undeclared keys: a key matching exactly one ``patternProperties``
+        pattern takes that pattern's schema (keys matching several are left out: sound), any other
+        key takes ``additionalProperties``; all keys must satisfy ``propertyNames``."""
+        if addl is False and not pats:
+            return NOTHING
+        declared = union([dfa_from_ast(string_literal(k)) for k in props]) if props else None
+        names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
+        classes = []
+        for p, d in pat_dfas.items():
+            others = [o for q, o in pat_dfas.items() if q != p]
+            classes.append((d, others, pats[p]))
+        if addl is not False:
+            classes.append((dfa_from_ast(string()), list(pat_dfas.values()), addl))
+        out = []
+        for key, banned, value_schema in classes:
+            if value_schema is False:
+                continue
+            if declared is not None:
+                banned = banned + [declared]
+            if banned:
+                key = product(key, union(banned), "diff")
+            if names_dfa is not None:
+                key = product(key, names_dfa, "and")
+            if not key.start:
+                continue
+            value = self.node(value_schema)
+            if value != NOTHING:
+                out.append(cat(("dfa", key), self.colon, value))
+        return alt(*out)
+
+    def object(self, s: dict) -> Node:
+        props = dict(s.get("properties", {}))
+        required = list(dict.fromkeys(s.get("required", [])))
+        explicit = "additionalProperties" in s or "unevaluatedProperties" in s
+        # NOTE: strict by default (no extra keys) only where properties are declared; a free-form
+        # object ({"type": "object"}) keeps the JSON Schema default.
+        pats = dict(s.get("patternProperties", {}))
+        addl = s.get("additionalProperties", s.get("unevaluatedProperties", not props and not pats))
+        names = s.get("propertyNames")
+        pat_dfas = {p: content_dfa(p, True) for p in pats}
+        for k in required:
+            if k not in props:
+                props[k] = addl if explicit and not any(d.matches(json.dumps(k)) for d in pat_dfas.values()) else True
+        for k in list(props):
+            also = [pats[p] for p, d in pat_dfas.items() if d.matches(json.dumps(k))]
+            if also:
+                props[k] = {"allOf": [props[k]] + also}
+        lo_p = int(s.get("minProperties", 0))
+        hi_p = s.get("maxProperties")
+        hi_p = None if hi_p is None else int(hi_p)
+        entries = []
+        for k, v in props.items():
+            node = NOTHING if v is False else self.node(v)
+            if names is not None and node != NOTHING:
+                key_dfa = dfa_from_ast(string_literal(k))
+                if not product(key_dfa, dfa_from_ast(self.node(names)), "and").start:
+                    node = NOTHING
+            if node == NOTHING:
+                if k in required:
+                    return NOTHING
+                continue
+            entries.append((cat(string_literal(k), self.colon, node), k in required))
+        extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)
+        uid = next(self.uid)
+        n = len(entries)
+        counted = lo_p > 0 or hi_p is not None
+        memo: dict[tuple[int, int], Node] = {}
+
+        def extras(c: int, first: bool) -> Node:
+            need = max(lo_p - c, 0)
+            room = None if hi_p is None else hi_p - c
+            if extra_kv == NOTHING or room == 0:
+                return EMPTY if need == 0 else NOTHING
+            if not first:
+                return rep(cat(self.comma, extra_kv), need, room)
+            more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
+            return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
+
+        def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
+            ck = c if counted else 1
+            if (i, ck) in memo:
+                return memo[(i, ck)]
+            if i == n:
+                out = extras(c, False)
+            else:
+                kv, req = entries[i]
+                take = cat(self.comma, kv, rest(i + 1, c + 1)) if hi_p is None or c < hi_p else NOTHING
+                out = take if req else alt(take, rest(i + 1, c))
+            out = ("share", (uid, i, ck), out) if out not in (EMPTY, NOTHING) else out
+            memo[(i, ck)] = out
+            return out
+
+        def first(i: int) -> Node:
+            if i == n:
+                return extras(0, True)
+            kv, req = entries[i]
+            take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
+            return take if req else alt(take, first(i + 1))
+
+        body = first(0)
+        if body == NOTHING:
+            return NOTHING
+        return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
+

@@ -1,0 +1,111 @@
+"""JSON Schema ``not``: rewritten into positive keywords where possible, else an automaton
+difference for the forms whose language is exact (a mixin of the schema converter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixlm.grammar.ast import NOTHING, Node, alt
+from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.dfa_ops import product
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_checks import implied_types
+from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
+
+
+class NotMixin:
+    """``fold_nots`` / ``apply_not`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
+
+    def fold_nots(self, schema: dict) -> Any:
+        """Rewrite ``not`` into positive keywords where possible; what needs an automaton
+        difference (enum / const / pattern / type) is kept in ``x-nots``."""
+        schema = dict(schema)
+        extra = dict(schema.get("x-all", {}))
+        todo = ([schema.pop("not")] if "not" in schema else []) + list(extra.pop("not", []))
+        schema["x-all"] = extra
+        keep = list(schema.get("x-nots", []))
+        while todo:
+            neg = todo.pop()
+            if neg is False:
+                continue
+            if neg is True:
+                return False
+            if not isinstance(neg, dict):
+                raise GrammarError("a 'not' schema must be an object or a boolean")
+            if set(neg) == {"$ref"} and neg["$ref"] not in self.stack:
+                neg = resolve_pointer(self.root, neg["$ref"])
+                todo.append(neg)
+                continue
+            keys = set(neg) - ANNOTATIONS
+            pos: Any = None
+            if not keys:
+                return False
+            if keys == {"not"}:
+                pos = neg["not"]
+            elif keys == {"anyOf"}:
+                todo.extend(neg["anyOf"])
+                continue
+            elif keys == {"required"} and len(neg["required"]) == 1:
+                pos = {"type": "object", "properties": {neg["required"][0]: False}}
+            elif keys <= {"minimum", "exclusiveMinimum"} or keys <= {"maximum", "exclusiveMaximum"}:
+                pos = _negate_bound(neg)
+            elif keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (
+                    keys == {"type", "pattern"} and neg.get("type") == "string"):
+                keep.append(neg)
+                continue
+            else:
+                raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
+            schema = merge(schema, pos)
+            if not isinstance(schema, dict):
+                return schema
+        if keep:
+            schema["x-nots"] = keep
+        return schema
+
+    def apply_not_types(self, schema: dict, neg: Any, types: set[str] | None) -> set[str] | None:
+        if isinstance(neg, dict) and set(neg) - ANNOTATIONS == {"type"}:
+            banned = implied_types({"type": neg["type"]}) or set()
+            base = set(types) if types is not None else {"null", "boolean", "object", "array", "string", "number", "integer"}
+            left = base - banned
+            if "number" in base and "number" not in left and "integer" in left:
+                left.discard("integer")
+            return left
+        return types
+
+    def apply_not(self, schema: dict, neg: Any, out: Node) -> Node:
+        if not isinstance(neg, dict):
+            return NOTHING if neg is True else out
+        keys = set(neg) - ANNOTATIONS
+        if keys == {"type"}:
+            return out
+        if keys <= {"enum", "const"} or (keys == {"pattern"} or keys == {"type", "pattern"} and neg.get("type") == "string"):
+            if "pattern" in keys:
+                banned = self.node({"type": "string", "pattern": neg["pattern"]})
+            else:
+                vals = [neg["const"]] if "const" in neg else list(neg.get("enum", []))
+                if any(isinstance(v, float) or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and "number" in (implied_types(schema) or {"number"})) for v in vals):
+                    raise GrammarError("unsupported JSON Schema keyword: 'not' (numbers)")
+                banned = alt(*(self.literal(v) for v in vals))
+            if banned == NOTHING:
+                return out
+            return ("dfa", product(dfa_from_ast(out), dfa_from_ast(banned), "diff"))
+        raise GrammarError("unsupported JSON Schema keyword: 'not'")
+
+    # --- values -------------------------------------------------------------------------------
+
+
+
+def _negate_bound(neg: dict) -> dict:
+    """``not {minimum: m}`` -> a number below m (and so on for the other bounds)."""
+    out: dict = {"type": "number"}
+    if "minimum" in neg:
+        out["maximum" if neg.get("exclusiveMinimum") is True else "exclusiveMaximum"] = neg["minimum"]
+    elif "exclusiveMinimum" in neg and not isinstance(neg["exclusiveMinimum"], bool):
+        out["maximum"] = neg["exclusiveMinimum"]
+    if "maximum" in neg:
+        out["minimum" if neg.get("exclusiveMaximum") is True else "exclusiveMinimum"] = neg["maximum"]
+    elif "exclusiveMaximum" in neg and not isinstance(neg["exclusiveMaximum"], bool):
+        out["minimum"] = neg["exclusiveMaximum"]
+    return out
+

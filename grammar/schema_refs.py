@@ -1,0 +1,139 @@
+"""``$ref`` resolution with the ``referencing`` library (the jsonschema project's resolver).
+
+:func:`canonical_refs` rewrites every ``$ref`` of a schema (local pointers, ``$defs`` /
+``definitions``, ``$anchor`` / draft-4 ``id`` anchors, references relative to a nested ``$id``)
+into one canonical form, ``ROOT_URI#/json/pointer`` into the root document, so that the rest of
+the converter only ever follows plain JSON pointers. References to other documents raise
+:class:`GrammarError` (nothing is fetched).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote, unquote, urljoin
+
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT4, DRAFT7, DRAFT202012, specification_with
+
+from radixlm.grammar.budget import check_budget
+from radixlm.grammar.errors import GrammarError
+
+ROOT_URI = "urn:radixlm:root"
+# Keywords whose values are data, not schemas: never look for "$ref" / "$id" inside them.
+_DATA = frozenset({"enum", "const", "default", "examples", "example", "x-examples"})
+
+
+def _escape(part: str) -> str:
+    return quote(part.replace("~", "~0").replace("/", "~1"), safe="~!$&'()*+,;=:@")
+
+
+def _specification(root: Any) -> Any:
+    dialect = root.get("$schema") if isinstance(root, dict) else None
+    if isinstance(dialect, str):
+        try:
+            return specification_with(dialect.rstrip("#") + "#" if "draft-0" in dialect else dialect,
+                                      default=DRAFT202012)
+        except Exception:  # noqa: BLE001 - an unknown dialect: use the latest
+            return DRAFT202012
+    return DRAFT202012
+
+
+def registry_for(root: Any) -> Registry:
+    """A registry holding ``root`` under :data:`ROOT_URI` (and its embedded ``$id`` resources).
+    The dialect comes from ``$schema``; a schema that does not crawl under it (e.g. draft-7 tuple
+    ``items`` without ``$schema``) is retried as draft 7 and draft 4, then used uncrawled."""
+    first = _specification(root)
+    for spec in (first, DRAFT7, DRAFT4):
+        try:
+            return Registry().with_resource(ROOT_URI, Resource(contents=root, specification=spec)).crawl()
+        except Exception:  # noqa: BLE001 - the crawl walks keywords by the dialect's rules
+            continue
+    return Registry().with_resource(ROOT_URI, Resource(contents=root, specification=first))
+
+
+def canonical_refs(root: Any) -> Any:
+    """A copy of ``root`` whose ``$ref`` values are all ``ROOT_URI#/pointer``.
+
+    Raises:
+        GrammarError: a ``$ref`` that does not resolve inside the document (remote references).
+    """
+    if not isinstance(root, dict):
+        return root
+    if '"$ref"' not in json.dumps(root):
+        return root
+    where: dict[int, str] = {}
+    _index(root, "", where)
+    registry = registry_for(root)
+    draft4 = _specification(root).name in ("draft-03", "draft-04")
+    resolvers: dict[str, Any] = {}
+
+    def target(ref: str, base: str) -> Any:
+        resolver = resolvers.get(base)
+        if resolver is None:
+            resolver = resolvers[base] = registry.resolver(base_uri=base)
+        try:
+            return resolver.lookup(ref).contents
+        except Unresolvable:
+            raise GrammarError(f"$ref {ref!r} does not resolve within the schema (remote references "
+                               "are not fetched)") from None
+        except Exception as e:  # noqa: BLE001 - malformed references of every kind
+            raise GrammarError(f"$ref {ref!r} is invalid: {e}") from None
+
+    def walk(node: Any, base: str) -> Any:
+        check_budget("resolving $ref")
+        if isinstance(node, list):
+            return [walk(x, base) for x in node]
+        if not isinstance(node, dict):
+            return node
+        ident = node.get("$id", node.get("id") if draft4 else None)
+        if isinstance(ident, str) and node is not root:
+            base = urljoin(base, ident.split("#")[0]) if not ident.startswith("#") else base
+        out: dict = {}
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str):
+                got = target(v, base)
+                if isinstance(got, bool):
+                    out[k] = "x-bool:" + ("true" if got else "false")
+                elif id(got) in where:
+                    out[k] = ROOT_URI + "#" + where[id(got)]
+                else:
+                    raise GrammarError(f"$ref {v!r} does not resolve to a schema")
+            elif k in _DATA:
+                out[k] = v
+            else:
+                out[k] = walk(v, base)
+        return out
+
+    return walk(root, ROOT_URI)
+
+
+def _index(node: Any, pointer: str, where: dict[int, str]) -> None:
+    """JSON pointer of every object / array of the document (first occurrence)."""
+    if isinstance(node, dict):
+        if id(node) in where:
+            return
+        where[id(node)] = pointer
+        for k, v in node.items():
+            if k not in _DATA:
+                _index(v, pointer + "/" + _escape(str(k)), where)
+    elif isinstance(node, list):
+        if id(node) in where:
+            return
+        where[id(node)] = pointer
+        for i, v in enumerate(node):
+            _index(v, f"{pointer}/{i}", where)
+
+
+def pointer_parts(ref: str) -> list[str] | None:
+    """The decoded pointer of a canonical ``$ref`` (None for a boolean target marker)."""
+    if ref.startswith("x-bool:"):
+        return None
+    path = ref[len(ROOT_URI):] if ref.startswith(ROOT_URI) else ref
+    if not path.startswith("#"):
+        raise GrammarError(f"$ref to another document is not supported: {ref!r}")
+    path = unquote(path[1:])
+    if path and not path.startswith("/"):
+        raise GrammarError(f"$ref {ref!r} does not resolve")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]] if path else []
