@@ -225,3 +225,7 @@ class ForkedStates:
         else:
             tail = "".join(st.executor.text_[self._base_len:] for st in self.states)
             self.parent.submit([Constant(tail)])
+
+
+# NOTE: SGLang's name for the children of a fork.
+ProgramStateGroup = ForkedStates

@@ -126,3 +126,23 @@ def chat_template_from_tokenizer(tokenizer: Any) -> ChatTemplate:
     logger.warning("could not derive role markers from the tokenizer's chat template; "
                    "using the default template")
     return default_chat_template()
+
+
+def get_chat_template(name: str) -> ChatTemplate:
+    """SGLang's lookup by name: ``"chatml"`` or ``"default"``; others give the default template."""
+    return named_chat_template(name) or default_chat_template()
+
+
+def get_chat_template_by_model_path(model_path: str) -> ChatTemplate:
+    """SGLang's lookup by model path: the tokenizer's template when ``model_path`` is a local
+    folder with one, else the default template."""
+    import os
+
+    if os.path.isdir(model_path):
+        try:
+            from transformers import AutoTokenizer
+
+            return chat_template_from_tokenizer(AutoTokenizer.from_pretrained(model_path))
+        except Exception as exc:  # noqa: BLE001 - fall back to the default template
+            logger.warning("no chat template from %s: %s", model_path, exc)
+    return default_chat_template()

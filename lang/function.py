@@ -66,6 +66,9 @@ class Function:
         self.num_api_spec_tokens = num_api_spec_tokens
         self.bind_arguments = dict(bind_arguments or {})
         self.arg_names = params[1:]
+        self.arg_defaults = [p.default for p in inspect.signature(func).parameters.values()
+                             if p.default is not p.empty]
+        self.pin_prefix_rid = None
         self.__name__ = getattr(func, "__name__", "program")
         self.__doc__ = func.__doc__
 
@@ -215,7 +218,7 @@ class Function:
         return f"<radixlm.function {self.__name__}>"
 
 
-def function(func: Callable[..., Any] | None = None, *,
+def function(func: Callable[..., Any] | None = None,
              num_api_spec_tokens: int | None = None) -> Any:
     """Decorator turning ``def f(s, ...)`` into a :class:`Function`.
 

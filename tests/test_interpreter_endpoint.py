@@ -560,3 +560,27 @@ def test_examples_run_against_a_server(server, monkeypatch, capsys, name):
         sgl.global_config.default_backend = old
     out = capsys.readouterr().out
     assert "prompt tokens from the prefix cache" in out
+
+
+def test_select_meta_info_keeps_sglangs_boundary_tokens(server, backend):
+    lm, _ = server
+
+    @sgl.function
+    def prog(s, prompt):
+        s += prompt + sgl.select("c", ["yes", "no"])
+
+    prompt = "Is it sunny? "
+    meta = prog.run(prompt=prompt, backend=backend).get_meta_info("c")
+    ids = ToyLM.encode(prompt + "yes")
+    p = len(prompt)
+    # SGLang: entries from logprob_start_len = P - 2, the first one [None, id, text]
+    want = [[None, ids[p - 2], "?"]] + [[lm.lp(ids[k - 1], ids[k]), ids[k], chr(ids[k])]
+                                         for k in range(p - 1, len(ids))]
+    got = meta["input_token_logprobs"][0]
+    assert [e[1:] for e in got] == [e[1:] for e in want]
+    assert got[0][0] is None and [e[0] for e in got[1:]] == pytest.approx([e[0] for e in want[1:]])
+    assert [e[2] for e in meta["choice_token_logprobs"][0]] == ["y", "e", "s"]
+    # when the prompt ends with the first scored token's text, SGLang drops that entry
+    meta = prog.run(prompt="zz", backend=backend).get_meta_info("c")
+    assert [e[2] for e in meta["input_token_logprobs"][1]] == ["z", "n", "o"]
+    assert meta["input_token_logprobs"][1][0][0] is not None

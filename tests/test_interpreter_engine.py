@@ -18,10 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def engine():
-    try:
-        from radixlm.runtime.engine import Engine
-    except ImportError as exc:  # pragma: no cover - only while the runtime is being written
-        pytest.skip(f"radixlm.runtime.engine unavailable: {exc}")
+    from radixlm.runtime.engine import Engine
+
     eng = Engine()
     yield eng
     eng.shutdown()

@@ -1,0 +1,5 @@
+"""``sglang.lang.backend.openai``: the ``OpenAI`` backend."""
+
+from radixlm.interpreter.openai_backend import OpenAI, TokenUsage
+
+__all__ = ["OpenAI", "TokenUsage"]

@@ -1,0 +1,5 @@
+"""``sglang.lang.backend.vertexai``: ``VertexAI`` (not supported: raises NotImplementedError)."""
+
+from radixlm.interpreter.api_backends import VertexAI
+
+__all__ = ["VertexAI"]
