@@ -139,7 +139,20 @@ def test_window_config_is_read_as_hf_applies_it(windowed_models):
 @pytest.mark.parametrize("arch", WINDOW_ARCHS)
 def test_windowed_prefill_and_decode_logits_match_hf(windowed_models, arch):
     """Prompt of 24 tokens (3 windows) + 16 decode steps, each against HF's full forward."""
-    path = windowed_models[arch]
+    _check_windowed_logits(windowed_models[arch], arch)
+
+
+def test_windowed_model_through_triton_kernels_matches_hf(windowed_models, monkeypatch):
+    """The same through the Triton kernels (interpreted on CPU) where the dispatcher allows it."""
+    import radixlm.kernels as K
+
+    monkeypatch.setenv("RADIXLM_FORCE_TRITON_OPS", "1")
+    if not K.use_triton(torch.zeros(1)):
+        pytest.skip("Triton kernels cannot run on CPU tensors here (needs TRITON_INTERPRET=1 and triton)")
+    _check_windowed_logits(windowed_models["mistral"], "mistral")
+
+
+def _check_windowed_logits(path: str, arch: str) -> None:
     hf, tok = _hf(path)
     ids = tok.encode(LONG_TEXT)[:24]
     assert len(ids) == 24
@@ -180,6 +193,10 @@ def test_windowed_greedy_equals_hf_generate_with_cached_prefix(windowed_models, 
     with Engine(path, device="cpu", max_total_tokens=2048) as engine:
         outs = [engine.generate(input_ids=ids, sampling_params=params) for ids in (first, second)]
     assert outs[1]["meta_info"]["cached_tokens"] >= 24
+    # chunked prefill (chunks of 5 < window) in a batch, without the cache: the same ids
+    with Engine(path, device="cpu", max_total_tokens=2048, chunked_prefill_size=5, disable_radix_cache=True) as engine:
+        chunked = engine.generate(input_ids=[first, second], sampling_params=params)
+    assert [o["output_ids"] for o in chunked] == [o["output_ids"] for o in outs]
     for ids, out in zip((first, second), outs):
         with torch.no_grad():
             gen = hf.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False, min_new_tokens=16, pad_token_id=0)
