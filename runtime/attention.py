@@ -22,7 +22,7 @@ from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 
 # NOTE: a windowed fresh prefill longer than this goes to the extend kernel (O(n * W)) instead of
 # SDPA with an explicit [n, n] mask.
-SDPA_WINDOW_MASK_MAX_LEN = 4096
+SDPA_WINDOW_MASK_MAX_LEN = 2048
 
 
 class AttentionBackend:
