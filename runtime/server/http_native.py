@@ -48,17 +48,27 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "bytes", "tuple"}
+
+
+def _is_tag(x) -> bool:
+    """Union-member tags pydantic puts in error paths (class names, ``list[...]``, ``str``)."""
+    return isinstance(x, str) and (x[:1].isupper() or "[" in x or x in _TAGS or x.startswith(("constrained-", "function-")))
+
+
 def _field_error(e: ValidationError) -> RequestError:
-    first = e.errors()[0]
+    errors = e.errors()
+    first = errors[0]
     if first["type"] == "json_invalid":
         return RequestError(f"malformed JSON body: {first['msg']}")
-    if first["type"] == "model_type":
+    if first["type"] == "model_type" and not first["loc"]:
         return RequestError("the JSON body must be an object")
-    # NOTE: drop union-member tags (class names, "list[...]") so the path names the field
-    loc = ".".join(str(x) for x in first["loc"]
-                   if not (isinstance(x, str) and (x[:1].isupper() or "[" in x or x.startswith("function-"))))
+    # NOTE: of a union's alternatives, report a value error over a type mismatch
+    first = next((x for x in errors if not x["type"].endswith("_type")), first)
+    loc = ".".join(str(x) for x in first["loc"] if not _is_tag(x))
     msg = first["msg"].replace("Value error, ", "")
-    return RequestError(f"{loc}: {msg} (got {first.get('input')!r:.80})".replace("\n", " "), param=loc or None)
+    return RequestError(f"{loc}: {msg} (got {first.get('input')!r:.80})".replace("\n", " "),
+                        param=loc.split(".")[0] or None)
 
 
 OFF_LOOP_BYTES = 64 * 1024  # bodies above this are parsed in a worker thread
