@@ -13,6 +13,14 @@ from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
 
 
+# keyword -> (instance type, the opposite keyword, whether it is a lower bound)
+_COUNTS = {
+    "minLength": ("string", "maxLength", True), "maxLength": ("string", "minLength", False),
+    "minItems": ("array", "maxItems", True), "maxItems": ("array", "minItems", False),
+    "minProperties": ("object", "maxProperties", True), "maxProperties": ("object", "minProperties", False),
+}
+
+
 class NotMixin:
     """``fold_nots`` / ``apply_not`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
 
@@ -45,8 +53,23 @@ class NotMixin:
             elif keys == {"anyOf"}:
                 todo.extend(neg["anyOf"])
                 continue
-            elif keys == {"required"} and len(neg["required"]) == 1:
-                pos = {"type": "object", "properties": {neg["required"][0]: False}}
+            elif keys == {"required"}:
+                if not neg["required"]:
+                    return False
+                pos = {"type": "object", "anyOf": [{"properties": {k: False}} for k in neg["required"]]}
+            elif keys == {"properties"} and isinstance(neg["properties"], dict):
+                if not neg["properties"]:
+                    return False
+                # NOTE: an object in which some declared property is present and fails its schema
+                pos = {"type": "object", "anyOf": [{"required": [k], "properties": {k: {"not": v}}}
+                                                   for k, v in neg["properties"].items()]}
+            elif len(keys) == 1 and next(iter(keys)) in _COUNTS:
+                key = next(iter(keys))
+                kind, other, is_min = _COUNTS[key]
+                bound = int(neg[key])
+                if is_min and bound <= 0:
+                    return False
+                pos = {"type": kind, other: bound - 1 if is_min else bound + 1}
             elif keys <= {"minimum", "exclusiveMinimum"} or keys <= {"maximum", "exclusiveMaximum"}:
                 pos = _negate_bound(neg)
             elif keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (

@@ -45,12 +45,22 @@ def registry_for(root: Any) -> Registry:
     The dialect comes from ``$schema``; a schema that does not crawl under it (e.g. draft-7 tuple
     ``items`` without ``$schema``) is retried as draft 7 and draft 4, then used uncrawled."""
     first = _specification(root)
+    uris = [ROOT_URI] + ([root_base(root)] if root_base(root) != ROOT_URI else [])
     for spec in (first, DRAFT7, DRAFT4):
         try:
-            return Registry().with_resource(ROOT_URI, Resource(contents=root, specification=spec)).crawl()
+            resource = Resource(contents=root, specification=spec)
+            return Registry().with_resources((u, resource) for u in uris).crawl()
         except Exception:  # noqa: BLE001 - the crawl walks keywords by the dialect's rules
             continue
-    return Registry().with_resource(ROOT_URI, Resource(contents=root, specification=first))
+    return Registry().with_resources((u, Resource(contents=root, specification=first)) for u in uris)
+
+
+def root_base(root: Any) -> str:
+    """The base URI of the root document: its ``$id`` (draft 4: ``id``) or :data:`ROOT_URI`."""
+    ident = root.get("$id", root.get("id")) if isinstance(root, dict) else None
+    if isinstance(ident, str) and ident.split("#")[0]:
+        return urljoin(ROOT_URI, ident.split("#")[0])
+    return ROOT_URI
 
 
 def canonical_refs(root: Any) -> Any:
@@ -106,7 +116,7 @@ def canonical_refs(root: Any) -> Any:
                 out[k] = walk(v, base)
         return out
 
-    return walk(root, ROOT_URI)
+    return walk(root, root_base(root))
 
 
 def _index(node: Any, pointer: str, where: dict[int, str]) -> None:
