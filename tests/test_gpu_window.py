@@ -8,7 +8,7 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-TEXT = "import json\nimport os\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n"
+TEXT = "import json\nimport os\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n\n\ndef save(path, data):\n    with open(path, \"w\") as f:\n        json.dump(data, f, indent=2)\n"
 
 
 @pytest.mark.parametrize("arch", ["mistral", "qwen2"])

@@ -118,7 +118,7 @@ def test_sharded_checkpoint_loads(tiny_llama, tmp_path):
 
 WINDOW = 8
 WINDOW_ARCHS = ("mistral", "qwen2", "qwen3")  # qwen: layer 0 full, layer 1 windowed (max_window_layers=1)
-LONG_TEXT = "import json\nimport os\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n"
+LONG_TEXT = "import json\nimport os\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n\n\ndef save(path, data):\n    with open(path, \"w\") as f:\n        json.dump(data, f, indent=2)\n"
 
 
 @pytest.fixture(scope="module")
