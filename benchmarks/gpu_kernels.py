@@ -9,6 +9,7 @@ Times are GPU times from CUDA-graph replays (launch overhead excluded), median o
 
     python benchmarks/gpu_kernels.py --out benchmarks/results/kernels_h200.md
     python benchmarks/gpu_kernels.py --only decode,extend --quick
+    python benchmarks/gpu_kernels.py --only window --out /tmp/window.md   # sliding-window kernels
 """
 
 from __future__ import annotations
@@ -412,10 +413,57 @@ def small_ops(quick: bool) -> None:
     emit()
 
 
+# ---------------------------------------------------------------- sliding window
+
+
+def _attended(P: int, E: int, W: int) -> int:
+    """Keys attended by E new tokens on a prefix of P (window W; 0 = full)."""
+    return sum(min(P + i + 1, W) if W else P + i + 1 for i in range(E))
+
+
+def window_bench(quick: bool) -> None:
+    W = 4096
+    emit(f"## Sliding window (Mistral-style, W={W}): the same kernels with and without the window\n")
+    emit("The window bounds each query's keys to W; 'ideal' is the ratio of attended keys. The error "
+         "column compares the windowed kernel with its torch reference.\n")
+    emit("| op | shape | full ms | windowed ms | speed-up | ideal | rel err |")
+    emit("|---|---|---|---|---|---|---|")
+    for B, L in [(64, 16384), (1, 32768)][: 1 if quick else 2]:
+        k, v, r2t, rows = make_pool([L] * B, extra=0)
+        q = torch.randn(B, H, D, device=DEV, dtype=DT)
+        n = torch.full((B,), L, device=DEV)
+        args = (q, k, v, r2t, rows, n, D**-0.5)
+        tf = gpu_time_us(lambda: decode_attention(*args))
+        tw = gpu_time_us(lambda: decode_attention(*args, window=W))
+        e = rel_err(decode_attention(*args, window=W), decode_attention_ref(*args, window=W))
+        emit(f"| decode | B={B} context {L} | {tf / 1e3:.3f} | {tw / 1e3:.3f} | {tf / tw:.2f}x | {L / W:.2f}x | {e:.1e} |")
+        if e > 1e-2:
+            FAILED.append(f"window decode B={B} L={L}")
+        del k, v
+        torch.cuda.empty_cache()
+    for P, E, check_ref in [(4096, 4096, True), (0, 16384, False)][: 1 if quick else 2]:
+        k, v, r2t, rows = make_pool([P + E], extra=0)
+        q = torch.randn(E, H, D, device=DEV, dtype=DT)
+        args = (q, k, v, r2t, rows, torch.tensor([P], device=DEV), torch.tensor([E], device=DEV),
+                torch.tensor([0], device=DEV), D**-0.5)
+        tf = gpu_time_us(lambda: extend_attention(*args, max_extend_len=E), reps=3)
+        tw = gpu_time_us(lambda: extend_attention(*args, max_extend_len=E, window=W), reps=3)
+        e = float("nan")
+        if check_ref:  # the reference materializes [H, E, P + E] scores: moderate sizes only
+            e = rel_err(extend_attention(*args, window=W), extend_attention_ref(*args, window=W))
+            if e > 1e-2:
+                FAILED.append(f"window extend P={P} E={E}")
+        ideal = _attended(P, E, 0) / _attended(P, E, W)
+        emit(f"| extend | prefix {P} new {E} | {tf / 1e3:.3f} | {tw / 1e3:.3f} | {tf / tw:.2f}x | {ideal:.2f}x | {e:.1e} |")
+        del k, v
+        torch.cuda.empty_cache()
+    emit()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/kernels_h200.md")
-    ap.add_argument("--only", default="correctness,decode,decode_sweep,extend,extend_sweep,small",
+    ap.add_argument("--only", default="correctness,decode,decode_sweep,extend,extend_sweep,window,small",
                     help="comma-separated sections")
     ap.add_argument("--quick", action="store_true", help="fewer sizes")
     args = ap.parse_args()
@@ -433,7 +481,8 @@ def main() -> None:
     copy_bw = copy_bandwidth()
     steps = [("correctness", correctness), ("decode", lambda: decode_bench(copy_bw, args.quick)),
              ("decode_sweep", decode_sweep), ("extend", lambda: extend_bench(args.quick)),
-             ("extend_sweep", extend_sweep), ("small", lambda: small_ops(args.quick))]
+             ("extend_sweep", extend_sweep), ("window", lambda: window_bench(args.quick)),
+             ("small", lambda: small_ops(args.quick))]
     for name, fn in steps:
         if name not in sections:
             continue
