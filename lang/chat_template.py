@@ -87,6 +87,16 @@ def _increments(tokenizer: Any, turns: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def _encode_adds_bos(tokenizer: Any) -> bool:
+    """True when encoding text prepends the BOS token (so the template's BOS must not be sent as
+    text too).  SmolLM2's BOS is ``<|im_start|>``, which encoding does not add: it stays."""
+    try:
+        ids = tokenizer("x")["input_ids"]
+        return bool(ids) and ids[0] == tokenizer.bos_token_id
+    except Exception:  # noqa: BLE001 - unusual tokenizers: assume the common (Llama) behaviour
+        return True
+
+
 def _derive(tokenizer: Any, with_system: bool) -> dict[str, tuple[str, str]]:
     # NOTE: user/assistant markers come from the *second* exchange, so one-time text of the first
     # message (BOS, a default system prompt) is not repeated on every turn.
@@ -99,7 +109,7 @@ def _derive(tokenizer: Any, with_system: bool) -> dict[str, tuple[str, str]]:
     if with_system:
         begin, end = _split(inc[0], "system")
         bos = getattr(tokenizer, "bos_token", None)
-        if bos and begin.startswith(bos):
+        if bos and begin.startswith(bos) and _encode_adds_bos(tokenizer):
             begin = begin[len(bos):]  # NOTE: the tokenizer adds BOS itself when encoding.
         markers["system"] = (begin, end)
     else:
@@ -112,7 +122,7 @@ def chat_template_from_tokenizer(tokenizer: Any) -> ChatTemplate:
 
     Renders a conversation (system, user, assistant, user, assistant) with sentinel contents and
     cuts each turn's increment around its sentinel; user/assistant markers come from the second
-    exchange.  A leading BOS is dropped (encoding adds it).  Templates that reject or drop a
+    exchange.  A leading BOS is dropped when encoding adds it.  Templates that reject or drop a
     system message give the system role the user markers.  Returns :func:`default_chat_template`
     when the tokenizer has no template or it cannot be rendered incrementally.
     """

@@ -178,6 +178,23 @@ def test_chat_template_from_chatml_reproduces_the_tokenizer(gpt2_tokenizer):
     assert tmpl.render(conv) == tok.apply_chat_template(conv, tokenize=False)
 
 
+def test_bos_marker_that_encoding_does_not_add_is_kept(gpt2_tokenizer):
+    # SmolLM2's BOS is "<|im_start|>" and encoding does not prepend it: the system marker must
+    # keep it, or the first message loses its "<|im_start|>".
+    tok = gpt2_tokenizer
+    old = tok.bos_token
+    tok.chat_template = CHATML
+    try:
+        tok.bos_token = "<|im_start|>"
+        assert tok("x")["input_ids"][0] != tok.bos_token_id
+        tmpl = chat_template_from_tokenizer(tok)
+        assert tmpl.begin("system") == "<|im_start|>system\n"
+        conv = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+        assert tmpl.render(conv) == tok.apply_chat_template(conv, tokenize=False)
+    finally:
+        tok.bos_token = old
+
+
 def test_chat_template_without_system_role_reuses_user_markers(gpt2_tokenizer):
     tok = gpt2_tokenizer
     tok.chat_template = NO_SYSTEM
