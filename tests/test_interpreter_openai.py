@@ -199,3 +199,15 @@ def test_spec_execution_completion_reuses_the_speculated_text():
     st = prog.run(backend=be)
     assert (st["name"], st["age"]) == (" Ada", "36")
     assert len(stub.calls) == 1 and stub.calls[0]["max_tokens"] == 64
+
+
+def test_select_without_prompt_logprobs_is_a_clear_error():
+    be, stub = stub_backend(["ignored"], chat=False)  # the stub returns no logprobs
+
+    @sgl.function
+    def prog(s):
+        s += "Pick: " + sgl.select("c", ["a", "b"])
+
+    err = prog.run(backend=be).error()
+    assert isinstance(err, RuntimeError) and "logprobs" in str(err)
+    assert stub.calls[0]["echo"] is True and stub.calls[0]["prompt"] == ["Pick: a", "Pick: b"]
