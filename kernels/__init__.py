@@ -1,8 +1,10 @@
 """Kernels of the runtime's hot path, each op in its own file beside its torch reference.
 
 The functions here dispatch: Triton on CUDA tensors (when triton is installed), the torch
-reference otherwise. ``RADIXLM_FORCE_TORCH_OPS=1`` forces the references everywhere (read at each
-call). The op files hold the contracts (shapes, dtypes, strides) in their docstrings:
+reference otherwise. ``RADIXLM_FORCE_TORCH_OPS=1`` forces the references everywhere;
+``RADIXLM_FORCE_TRITON_OPS=1`` runs the Triton kernels on CPU tensors too when Triton's interpreter
+is active (``TRITON_INTERPRET=1`` set before triton's import; tests use it to run whole models
+through the kernels). Both are read at each call. The op files hold the contracts (shapes, dtypes, strides) in their docstrings:
 
 ========================  ====================================================================
 op                        file
@@ -25,7 +27,7 @@ import os
 
 import torch
 
-from radixlm.kernels._triton import HAS_TRITON
+from radixlm.kernels._triton import HAS_TRITON, interpreter_ready
 
 # NOTE: the dispatching functions below shadow the submodules of the same name as attributes of
 # this package, so submodules are fetched with import_module (which reads sys.modules), never with
@@ -56,8 +58,13 @@ __all__ = [
 
 
 def use_triton(x: torch.Tensor) -> bool:
-    """Whether ops on ``x`` go to the Triton kernels (CUDA tensor, triton present, not forced off)."""
-    return x.is_cuda and HAS_TRITON and os.environ.get("RADIXLM_FORCE_TORCH_OPS", "0") != "1"
+    """Whether ops on ``x`` go to the Triton kernels: CUDA tensor (or a CPU tensor with
+    ``RADIXLM_FORCE_TRITON_OPS=1`` under the interpreter), triton present, not forced off."""
+    if not HAS_TRITON or os.environ.get("RADIXLM_FORCE_TORCH_OPS", "0") == "1":
+        return False
+    if x.is_cuda:
+        return True
+    return os.environ.get("RADIXLM_FORCE_TRITON_OPS", "0") == "1" and interpreter_ready()
 
 
 def decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
