@@ -1,0 +1,60 @@
+"""The attention kernels compile to sm_90 cubins without a GPU (Triton's full pipeline and ptxas),
+catching errors the CPU interpreter lets through (types across branches, loop-carried values).
+
+Runs in a subprocess because this process has ``TRITON_INTERPRET=1`` (kernels are interpreted
+functions here, which cannot be compiled)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _compile_all() -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from radixlm.kernels.decode_attention import _decode_stage1, _decode_stage2
+    from radixlm.kernels.extend_attention import _extend_kernel
+
+    target = GPUTarget("cuda", 90, 32)
+
+    def build(fn, types: dict[str, str], consts: dict) -> None:
+        sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+        assert triton.compile(src, target=target, options={"num_warps": 4, "num_stages": 3}).asm["cubin"]
+
+    for dt, ieee in (("bf16", False), ("fp32", True)):
+        common = {"req_to_token_ptr": "*i32", "req_idx_ptr": "*i64", "qk_scale": "fp32", "window": "i32"}
+        ext = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}, **common,
+               **{n: "*i64" for n in ("prefix_lens_ptr", "extend_lens_ptr", "extend_start_ptr")}}
+        build(_extend_kernel, ext, dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, IEEE=ieee))
+        d1 = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr")}, **common, "seq_lens_ptr": "*i64",
+              "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32"}
+        consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee)
+        build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False})
+        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"}, {**consts, "ONE_SPLIT": True})
+        d2 = {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": f"*{dt}", "seq_lens_ptr": "*i64",
+              "num_kv_splits": "i32", "window": "i32"}
+        build(_decode_stage2, d2, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_N=64))
+    print("compiled")
+
+
+def test_attention_kernels_compile_for_sm90():
+    pytest.importorskip("triton")
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip("triton's bundled ptxas is not present")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    _compile_all()
