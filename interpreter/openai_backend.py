@@ -18,6 +18,7 @@ right after ``assistant_begin`` (or use ``@function(num_api_spec_tokens=N)``); a
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from radixlm.interpreter.backend import Backend, Response
@@ -28,17 +29,19 @@ from radixlm.lang.chat_template import ChatTemplate, default_chat_template, name
 from radixlm.lang.choices import ChoicesDecision, ChoicesSamplingMethod
 from radixlm.lang.ir import Constant, Expr, Gen, RoleEnd, SamplingParams, Select
 
+# NOTE: as SGLang: these names default to the completions API, every other model to chat.
+INSTRUCT_MODEL_NAMES = ["gpt-3.5-turbo-instruct"]
 _EXTRA = {"top_k": -1, "min_p": 0.0, "min_new_tokens": None, "ignore_eos": False,
           "stop_token_ids": None, "regex": None, "ebnf": None, "repetition_penalty": None}
 _EXTRA_NAMES = {"min_new_tokens": "min_tokens"}
 
 
+@dataclass
 class TokenUsage:
     """Tokens used so far, summed over calls (``prompt_tokens``, ``completion_tokens``)."""
 
-    def __init__(self) -> None:
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def reset(self) -> None:
         self.prompt_tokens = self.completion_tokens = 0
@@ -49,7 +52,8 @@ class OpenAI(Backend):
 
     Args:
         model_name: the ``model`` of every call (e.g. ``"gpt-4o-mini"``, or the served path).
-        is_chat_model: use ``chat.completions`` (default True; False: ``completions``).
+        is_chat_model: use ``chat.completions``; False: ``completions``; default: chat unless
+            the name is in ``INSTRUCT_MODEL_NAMES`` (``gpt-3.5-turbo-instruct``).
         chat_template: ChatTemplate or name (``"chatml"``, ``"default"``) used to render the state's
             text (and the prompt of completion models); default: the plain default template.
         is_azure: use ``openai.AzureOpenAI``.
@@ -66,7 +70,8 @@ class OpenAI(Backend):
         self._openai = openai
         self.client = (openai.AzureOpenAI if is_azure else openai.OpenAI)(*args, **kwargs)
         self.model_name = model_name
-        self.is_chat_model = True if is_chat_model is None else bool(is_chat_model)
+        self.is_chat_model = (model_name not in INSTRUCT_MODEL_NAMES if is_chat_model is None
+                              else bool(is_chat_model))
         if isinstance(chat_template, str):
             chat_template = named_chat_template(chat_template)
         self.chat_template = chat_template or default_chat_template()
