@@ -105,6 +105,9 @@ class OpenAI(Backend):
     def execute_node(self, ex: Any, node: Expr) -> bool:
         """Handle ``node`` for executor ``ex``; False lets the executor run it as usual."""
         spec = ex.num_api_spec_tokens is not None
+        if spec and ex.stream and isinstance(node, Gen):
+            raise RuntimeError("stream is not supported with API speculative execution "
+                               "(num_api_spec_tokens)")
         if spec and self.is_chat_model and ex.cur_role == "assistant":
             turn = ex.__dict__.setdefault("spec_turn", SpecTurn())
             if isinstance(node, Constant):

@@ -186,6 +186,17 @@ def test_spec_execution_chat_one_call_per_assistant_turn():
     assert stub.calls[0]["max_tokens"] == 32 and "stop" not in stub.calls[0]
     assert stub.calls[0]["messages"] == [{"role": "user", "content": "Describe a person."}]
     assert st.messages()[-1]["content"] == "Name: Ada\nAge: 36"
+    streamed = prog.run(backend=be, stream=True)  # as SGLang: no streaming with speculation
+    assert "stream is not supported" in str(streamed.error())
+
+    @sgl.function(num_api_spec_tokens=32)
+    def constant_turn(s):
+        s += sgl.user("Format:")
+        s += sgl.assistant("Name: X")  # a turn without gens makes no call
+
+    calls = len(stub.calls)
+    assert constant_turn.run(backend=be).messages()[-1]["content"] == "Name: X"
+    assert len(stub.calls) == calls
 
 
 def test_spec_execution_completion_reuses_the_speculated_text():
