@@ -77,11 +77,10 @@ def _attend_tile(
     MASKED: apply the causal and window masks (a row may then see no key of the tile, so the
     running max is guarded against ``-inf - -inf``); otherwise every key is valid for every row."""
     pos = n0 + offs_n
+    mask_n = pos < tail_end
     if MASKED:
-        mask_n = pos < tail_end
         slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
         k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_n[None, :] & mask_d[:, None], other=0.0)
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0)
         q_pos = P + offs_m[:, None]
         allowed = (pos[None, :] <= q_pos) & mask_n[None, :]
         allowed = allowed & ((window <= 0) | (pos[None, :] > q_pos - window))
@@ -91,12 +90,15 @@ def _attend_tile(
     else:
         slots = tl.load(row_ptr + pos).to(tl.int64)
         k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_d[:, None], other=0.0)
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0)
         s = dot(q, k, IEEE) * qk_scale
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = m_new
     alpha = tl.exp2(m_i - m_ref)
     p = tl.exp2(s - m_ref[:, None])
+    if MASKED:
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+    else:
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0)
     acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
