@@ -28,9 +28,15 @@ class Backend(ABC):
 
     Attributes:
         chat_template: role markers used for ``system/user/assistant``.
+        fork_commits_prefix: whether ``s.fork(n > 1)`` of a non-empty state first sends the text
+            as a prefill-only request (True here and for the in-process Engine, where it costs no
+            round trip).  ``RuntimeEndpoint`` sets it False: over HTTP the branches' own requests
+            share the prefix through the server's in-batch prefix sharing, and SGLang's frontend
+            sends ``fork(3)`` + 3 gens as 3 requests too.
     """
 
     chat_template: ChatTemplate
+    fork_commits_prefix: bool = True
 
     @abstractmethod
     def request(self, payload: dict[str, Any]) -> Response | list[Response]:

@@ -49,6 +49,8 @@ class RuntimeEndpoint(Backend):
         RuntimeError: the server is unreachable or ``/get_model_info`` fails.
     """
 
+    fork_commits_prefix = False  # NOTE: see Backend; the server shares the prefix in-batch.
+
     def __init__(self, base_url: str, api_key: str | None = None, verify: Any = None,
                  chat_template_name: str | None = None, *,
                  chat_template: ChatTemplate | None = None, timeout: float | None = 600.0) -> None:

@@ -87,9 +87,12 @@ class ProgramState(StateBase):
     def fork(self, size: int = 1, position_ids_offset: Any = None) -> ForkedStates:
         """Split into ``size`` independent states that continue from the current text.
 
-        As in SGLang, when ``size > 1`` and the text is not empty it is first committed with one
-        prefill-only request, so the children's requests find it in the prefix cache (``fork(1)``
-        and forks of an empty state send nothing). ``position_ids_offset`` is accepted, ignored.
+        When ``size > 1``, the text is not empty and the backend's ``fork_commits_prefix`` is set
+        (the in-process Engine), the text is first committed with one prefill-only request so the
+        children's requests find it in the prefix cache; over HTTP (``RuntimeEndpoint``) nothing
+        is sent and the server shares the prefix among the children's requests, so ``fork(3)`` +
+        3 gens is 3 requests, as from SGLang's frontend.  ``fork(1)`` and forks of an empty state
+        never commit.  ``position_ids_offset`` is accepted and ignored.
 
         Raises:
             ValueError: ``size`` < 1.
@@ -98,7 +101,7 @@ class ProgramState(StateBase):
         if size < 1:
             raise ValueError("fork size must be >= 1")
         self.sync()
-        if size > 1 and self.executor.text_:
+        if size > 1 and self.executor.text_ and self.executor.backend.fork_commits_prefix:
             self.submit([CommitLazy()])
             self.sync()
         return ForkedStates([ProgramState(self.executor.fork_child()) for _ in range(size)], self)

@@ -337,8 +337,24 @@ def test_select_request_pattern_follows_sglang(server, backend):
     assert second["logprob_start_len"] == p - 2
 
 
+def test_fork_sends_one_request_per_branch_over_http(server, backend):
+    lm, _ = server
+    assert backend.fork_commits_prefix is False  # SGLang's count: fork(3) + 3 gens = 3 requests
+
+    @sgl.function
+    def prog(s):
+        s += "A shared preamble. " * 4
+        forks = s.fork(3)
+        forks += lambda i: f"Branch {i}: " + sgl.gen("idea", max_tokens=2, temperature=0)
+        forks.join()
+
+    assert len(prog.run(backend=backend)["idea"]) == 3
+    assert len(lm.log) == 3 and all(r["sampling_params"]["max_new_tokens"] == 2 for r in lm.log)
+
+
 def test_fork_commits_prefix_once_and_children_hit_it(server, backend):
     lm, _ = server
+    backend.fork_commits_prefix = True  # the opt-in path (the Engine backend's default)
     backend.flush_cache()
     prefix = "A long shared preamble that every branch reuses. " * 3
 
@@ -363,6 +379,7 @@ def test_fork_commits_prefix_once_and_children_hit_it(server, backend):
 
 
 def test_fork_cached_tokens_cover_shared_prefix(server, backend):
+    backend.fork_commits_prefix = True
     backend.flush_cache()
     prefix = "Shared context for the forks. " * 2
 

@@ -99,6 +99,10 @@ def test_fork_request_counts_follow_sglang():
     three.run(prefix="shared prefix ", backend=be).sync()
     assert len(be.log) == 4 and be.log[0]["sampling_params"] == {"max_new_tokens": 0}
     be.log.clear()
+    be.fork_commits_prefix = False  # RuntimeEndpoint's setting: no commit over HTTP
+    three.run(prefix="shared prefix ", backend=be).sync()
+    assert len(be.log) == 3
+    be.log.clear()
 
     @sgl.function
     def one(s):
