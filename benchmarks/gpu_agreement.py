@@ -21,6 +21,24 @@ from bench_offline import PUBLISHED  # noqa: E402
 
 
 @torch.no_grad()
+def report(hf, prompts: list[list[int]], ours: list[list[int]], ref: list[list[int]]) -> int:
+    """Print, per prompt, how many greedy tokens agree and the HF logit margin at the first
+    divergence; returns the number of prompts whose tokens all agree."""
+    exact = 0
+    for p, a, b in zip(prompts, ours, ref):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(b))
+        if n == len(b):
+            exact += 1
+            print(f"prompt of {len(p)} tokens: all {len(b)} tokens agree")
+            continue
+        logits = hf(torch.tensor([p + b[:n]], device="cuda")).logits[0, -1].float()
+        margin = (logits[b[n]] - logits[a[n]]).item()
+        print(f"prompt of {len(p)} tokens: first {n} tokens agree; at {n} HF prefers {b[n]} over ours {a[n]} "
+              f"by {margin:.4f} logits (top logit {logits.max().item():.3f})")
+    return exact
+
+
+@torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default="/tmp/llama-3.1-8b-random")
@@ -47,17 +65,7 @@ def main() -> None:
                 mem_fraction_static=0.5) as engine:
         sp = {"max_new_tokens": args.tokens, "temperature": 0, "ignore_eos": True}
         ours = [o["output_ids"] for o in engine.generate(input_ids=prompts, sampling_params=sp)]
-    exact = 0
-    for p, a, b in zip(prompts, ours, ref):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(b))
-        if n == len(b):
-            exact += 1
-            print(f"prompt of {len(p)} tokens: all {len(b)} tokens agree")
-            continue
-        logits = hf(torch.tensor([p + b[:n]], device="cuda")).logits[0, -1].float()
-        margin = (logits[b[n]] - logits[a[n]]).item()
-        print(f"prompt of {len(p)} tokens: first {n} tokens agree; at {n} HF prefers {b[n]} over ours {a[n]} "
-              f"by {margin:.4f} logits (top logit {logits.max().item():.3f})")
+    exact = report(hf, prompts, ours, ref)
     print(f"exact agreement on {exact}/{len(prompts)} prompts over {args.tokens} tokens")
 
 
