@@ -53,8 +53,12 @@ class ProgramState(StateBase):
     def get_meta_info(self, name: str) -> dict[str, Any] | None:
         """Meta info of the ``gen``/``select`` that produced ``name``: for a gen the native
         response's ``meta_info`` (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
-        ``finish_reason``, logprobs when asked); for a select the per-choice scores."""
-        self.executor.wait_var(name)
+        ``finish_reason``, logprobs when asked); for a select the per-choice scores.  ``None``
+        when the program produces no such variable; ProgramError if it failed first."""
+        try:
+            self.executor.wait_var(name)
+        except KeyError:
+            return None  # NOTE: as SGLang: no such variable -> None
         return self.executor.meta_info.get(name)
 
     # ---- whole-state results ---------------------------------------------------------------------

@@ -22,6 +22,8 @@ class StateBase(ABC):
         """Append ``nodes`` to this state's program, in order."""
 
     def __iadd__(self, other: Any) -> StateBase:
+        if other is None:
+            raise ValueError("Tried to append None to state.")  # NOTE: SGLang's error
         self.submit(as_exprs(other))
         return self
 

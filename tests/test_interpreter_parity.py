@@ -245,3 +245,17 @@ def test_dtype_int_adds_sglang_stops():
     sp = be.log[0]["sampling_params"]
     assert sp["regex"] == sgl.lang.ir.REGEX_INT and sp["stop"] == ["!", " ", "\n"]
     assert sp["skip_special_tokens"] is True and sp["spaces_between_special_tokens"] is True
+
+
+def test_none_append_and_missing_meta_info_follow_sglang():
+    be = FakeBackend()
+
+    @sgl.function
+    def prog(s):
+        s += "x" + sgl.gen("a", max_tokens=1)
+        s += None
+
+    st = prog.run(backend=be)
+    assert isinstance(st.error(), ValueError)
+    ok = sgl.function(lambda s: s.__iadd__("y" + sgl.gen("a", max_tokens=1))).run(backend=be)
+    assert ok.get_meta_info("nope") is None and ok.get_meta_info("a")["prompt_tokens"] == 1
