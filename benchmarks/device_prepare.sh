@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="pyzmq interegular lark fastapi uvicorn starlette pydantic pydantic-core annotated-types
-typing-inspection typing-extensions gguf jsonschema jsonschema-specifications referencing rpds-py msgpack"
+typing-inspection typing-extensions opentelemetry-api gguf jsonschema jsonschema-specifications referencing rpds-py msgpack"
 mkdir -p .whl .device
 python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
