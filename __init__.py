@@ -13,8 +13,9 @@ programs::
     sgl.set_default_backend(sgl.Engine())  # or sgl.RuntimeEndpoint(url), sgl.Runtime(), sgl.OpenAI()
     print(qa.run(question="What is a radix tree?")["answer"])
 
-``Engine``, ``Runtime`` and the API backends (``OpenAI``; ``Anthropic``, ``LiteLLM``, ``VertexAI``
-raise a "not supported" error) are imported lazily so ``import radixlm`` stays light.
+``Engine``, ``ServerArgs`` (the server's ``ServerConfig``), ``Runtime`` and the API backends
+(``OpenAI``; ``Anthropic``, ``Crusoe``, ``LiteLLM``, ``VertexAI`` raise a "not supported" error) are
+imported lazily so ``import radixlm`` stays light.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ _LAZY = {
     "Anthropic": ("radixlm.interpreter.api_backends", "Anthropic"),
     "LiteLLM": ("radixlm.interpreter.api_backends", "LiteLLM"),
     "VertexAI": ("radixlm.interpreter.api_backends", "VertexAI"),
+    "Crusoe": ("radixlm.interpreter.api_backends", "Crusoe"),
+    "ServerArgs": ("radixlm.runtime.server.config", "ServerConfig"),
 }
 
 
@@ -71,7 +74,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Anthropic", "LiteLLM", "OpenAI", "Runtime", "VertexAI", "global_config", "image",
+    "Anthropic", "Crusoe", "LiteLLM", "OpenAI", "Runtime", "ServerArgs", "VertexAI", "global_config", "image",
     "separate_reasoning", "video", "__version__",
     "Backend", "ChatTemplate", "ChoicesDecision", "ChoicesSamplingMethod", "Engine",
     "EngineBackend", "ForkedStates", "Function", "ProgramError", "ProgramState", "RuntimeEndpoint",

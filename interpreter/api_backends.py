@@ -1,6 +1,6 @@
 """SGLang's other hosted-API backends, by name only: radixlm does not support them.
 
-``sgl.Anthropic``, ``sgl.LiteLLM`` and ``sgl.VertexAI`` exist so programs that mention them import;
+``sgl.Anthropic``, ``sgl.Crusoe``, ``sgl.LiteLLM`` and ``sgl.VertexAI`` exist so programs that mention them import;
 constructing one raises NotImplementedError naming the supported alternatives (``sgl.OpenAI`` for
 any OpenAI-compatible endpoint, ``sgl.RuntimeEndpoint``, ``sgl.Runtime``, ``sgl.Engine``).
 """
@@ -36,3 +36,9 @@ class VertexAI(_Unsupported):
     """Not supported: raises NotImplementedError on construction."""
 
     _what = "Google Vertex AI"
+
+
+class Crusoe(_Unsupported):
+    """Not supported: raises NotImplementedError on construction."""
+
+    _what = "Crusoe's inference API"

@@ -71,14 +71,15 @@ SGLANG_API: dict[str, list] = {
     **{f"ProgramState.{m}": [] for m in ("text", "messages", "sync", "error")},
     "ProgramStateGroup.join": [("mode", "gather_variable")],
 }
-SGLANG_NAMES = ["Engine", "Runtime", "RuntimeEndpoint", "OpenAI", "Anthropic", "LiteLLM",
-                "VertexAI", "global_config", "__version__", "greedy_token_selection",
+SGLANG_NAMES = ["Engine", "ServerArgs", "Runtime", "RuntimeEndpoint", "OpenAI", "Anthropic",
+                "Crusoe", "LiteLLM", "VertexAI", "global_config", "__version__", "greedy_token_selection",
                 "token_length_normalized", "unconditional_likelihood_normalized",
                 *[k for k in SGLANG_API if "." not in k]]
 MODULE_NAMES = {
     "radixlm.lang.ir": ["REGEX_INT", "REGEX_FLOAT", "REGEX_STR", "REGEX_BOOL", "SglGen",
                         "SglSelect", "SglExpr", "SglFunction", "SglSamplingParams"],
     "radixlm.global_config": ["global_config"],
+    "radixlm.lang.global_config": ["global_config", "GlobalConfig"],
     "radixlm.lang.interpreter": ["ProgramState", "ProgramStateGroup", "StreamExecutor",
                                  "run_program", "run_program_batch", "cache_program"],
     "radixlm.lang.choices": ["ChoicesSamplingMethod", "ChoicesDecision",
@@ -174,7 +175,7 @@ def test_public_names_and_module_paths_exist():
         assert hasattr(global_config, attr)
 
 
-@pytest.mark.parametrize("name", ["Anthropic", "LiteLLM", "VertexAI"])
+@pytest.mark.parametrize("name", ["Anthropic", "Crusoe", "LiteLLM", "VertexAI"])
 def test_unsupported_api_backends_say_so(name):
     with pytest.raises(NotImplementedError, match="not supported"):
         getattr(sgl, name)("model")
