@@ -208,3 +208,15 @@ def test_constrained_gens_parse(engine, backend):
     assert st["b"] in ("True", "False")
     assert re.fullmatch(r"[ab]{3}-[0-9]", st["r"])
     assert isinstance(json.loads(st["j"])["ok"], bool)
+
+
+def test_gen_n_samples_on_the_real_model(engine, backend):
+    @sgl.function
+    def prog(s):
+        s += sgl.user("Name a fruit.")
+        s += sgl.assistant(sgl.gen("f", max_tokens=4, n=3, temperature=1.0))
+
+    st = prog.run(backend=backend)
+    assert st.error() is None, st.error()
+    assert isinstance(st["f"], list) and len(st["f"]) == 3 and all(isinstance(x, str) for x in st["f"])
+    assert st.messages()[-1] == {"role": "assistant", "content": st["f"][0]}
