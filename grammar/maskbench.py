@@ -34,13 +34,25 @@ def shared_data() -> Path:
 
 
 TOKENIZERS = ("gpt-2", "deepseek-llm", "phi-3", "llama-spm")
+# The default model's own 49,152-token byte-level BPE: present wherever radixlm is installed.
+DEFAULT_TOKENIZER = "smollm2"
+
+
+def tokenizer_available(name: str) -> bool:
+    """True for the default model's tokenizer and for shared tokenizers present on disk."""
+    return name == DEFAULT_TOKENIZER or (shared_data() / "tokenizers" / name).is_dir()
 
 
 @lru_cache(maxsize=None)
 def load_tokenizer(name: str) -> Any:
-    """A tokenizer of ``$RADIXLM_SHARED_DATA/tokenizers`` (cached per process)."""
+    """``"smollm2"`` (the default model's tokenizer) or a tokenizer of
+    ``$RADIXLM_SHARED_DATA/tokenizers`` (cached per process)."""
     from transformers import AutoTokenizer
 
+    if name == DEFAULT_TOKENIZER:
+        from radixlm.runtime.default_model import default_model_path
+
+        return AutoTokenizer.from_pretrained(default_model_path())
     return AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
 
 

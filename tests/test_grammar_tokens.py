@@ -13,10 +13,18 @@ import torch
 from radixlm.grammar import (GrammarError, GrammarMatcher, allocate_token_bitmask,
                              apply_token_bitmask_inplace)
 from radixlm.grammar.bitmask import unpack_bitmask
-from radixlm.grammar.maskbench import TOKENIZERS, encode_exact, load_compiler, load_tokenizer, shared_data
+from radixlm.grammar.maskbench import (DEFAULT_TOKENIZER, TOKENIZERS, encode_exact, load_compiler, load_tokenizer,
+                                       shared_data, tokenizer_available)
 
-pytestmark = pytest.mark.skipif(not (shared_data() / "tokenizers").is_dir(),
-                                reason=f"tokenizers not found under {shared_data()} (set RADIXLM_SHARED_DATA)")
+
+def tokenizers(*names: str) -> list:
+    """``names`` as pytest params; shared tokenizers skip where ``$RADIXLM_SHARED_DATA`` lacks them,
+    the default model's vocabulary (``smollm2``) runs everywhere."""
+    return [pytest.param(n, marks=pytest.mark.skipif(not tokenizer_available(n),
+                                                     reason=f"{n} not under {shared_data()}")) for n in names]
+
+
+BPE = tokenizers(DEFAULT_TOKENIZER, "gpt-2")  # byte-level BPE: the default model's and GPT-2's
 
 TEXT = '{"naïve": "日本語 😀\\n\\t", "x": [1.5e-3, -0], "q": "\\"quoted\\""}\n  ok'
 
@@ -37,7 +45,7 @@ def _brute(matcher: GrammarMatcher, token_ids: list[int]) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize("name", tokenizers(DEFAULT_TOKENIZER, *TOKENIZERS))
 def test_token_bytes_roundtrip(name: str) -> None:
     tok, comp = load_tokenizer(name), load_compiler(name)
     info = comp.tokenizer_info
@@ -49,7 +57,7 @@ def test_token_bytes_roundtrip(name: str) -> None:
     assert info.mask_words == (info.vocab_size + 31) // 32
 
 
-@pytest.mark.parametrize("name", ["gpt-2", "phi-3"])
+@pytest.mark.parametrize("name", tokenizers(DEFAULT_TOKENIZER, "gpt-2", "phi-3"))
 def test_masks_match_brute_force(name: str) -> None:
     """Along real tokenizations, the filled bitmask equals trying every token (regex, JSON
     Schema via both engines, EBNF), incl. tokens ending inside multi-byte characters."""
@@ -77,19 +85,24 @@ def test_masks_match_brute_force(name: str) -> None:
         assert matcher.accept_token(info.stop_token_ids[0]) and matcher.is_terminated()
 
 
-def test_vocab_padding_and_special_tokens() -> None:
-    tok = load_tokenizer("gpt-2")
+@pytest.mark.parametrize("name", BPE)
+def test_vocab_padding_and_special_tokens(name: str) -> None:
+    tok = load_tokenizer(name)
     from radixlm.grammar import GrammarCompiler
 
-    comp = GrammarCompiler(tok, vocab_size=50304)  # the model pads its logits
+    size, eos = len(tok), tok.eos_token_id
+    padded = (size + 127) // 128 * 128 + 64  # the model pads its logits
+    comp = GrammarCompiler(tok, vocab_size=padded)
     m = GrammarMatcher(comp.compile_regex(".*"))
-    bits = _bits(m, 50304)
-    assert bits[:50256].sum() > 50000
-    assert not bits[50257:].any()
-    assert bits[50256]  # EOS: ".*" accepts the empty output
-    assert not m.accept_token(50300)
+    bits = _bits(m, padded)
+    specials = set(tok.all_special_ids)
+    assert bits[[i for i in range(size) if i not in specials]].sum() > 0.99 * (size - len(specials))
+    assert not bits[size:].any()  # padding rows are never allowed
+    assert not any(bits[i] for i in specials if i != eos)  # special tokens are not text
+    assert bits[eos]  # EOS: ".*" accepts the empty output
+    assert not m.accept_token(padded - 1)
     m2 = GrammarMatcher(comp.compile_regex("a+"))
-    assert not _bits(m2, 50304)[50256]  # EOS only where the grammar accepts
+    assert not _bits(m2, padded)[eos]  # EOS only where the grammar accepts
 
 
 def test_apply_bitmask_against_dense_reference() -> None:
@@ -120,18 +133,21 @@ def test_apply_bitmask_against_dense_reference() -> None:
         assert torch.equal(sub[0], logits[0]) and torch.equal(sub[2], logits[2])
 
 
-def test_fill_rows_and_full_mask_allocation() -> None:
-    comp = load_compiler("gpt-2")
-    bm = allocate_token_bitmask(3, 50257)
-    assert bm.dtype == torch.int32 and bm.shape == (3, 1571) and (bm == -1).all()
+@pytest.mark.parametrize("name", BPE)
+def test_fill_rows_and_full_mask_allocation(name: str) -> None:
+    comp = load_compiler(name)
+    vocab = comp.tokenizer_info.vocab_size
+    bm = allocate_token_bitmask(3, vocab)
+    assert bm.dtype == torch.int32 and bm.shape == (3, (vocab + 31) // 32) and (bm == -1).all()
     m = GrammarMatcher(comp.compile_choices(["yes", "no"]))
     m.fill_next_token_bitmask(bm, index=1)
     assert (bm[0] == -1).all() and (bm[2] == -1).all()
-    allowed = torch.nonzero(unpack_bitmask(bm[1:2], 50257)[0]).flatten().tolist()
+    allowed = torch.nonzero(unpack_bitmask(bm[1:2], vocab)[0]).flatten().tolist()
     info = comp.tokenizer_info
     assert allowed and all(b"yes".startswith(info.token_bytes[t]) or b"no".startswith(info.token_bytes[t]) for t in allowed)
 
 
+@pytest.mark.skipif(not tokenizer_available("deepseek-llm"), reason="deepseek-llm not in the shared data")
 def test_rollback_and_reset() -> None:
     comp, tok = load_compiler("deepseek-llm"), load_tokenizer("deepseek-llm")
     info = comp.tokenizer_info
@@ -158,8 +174,9 @@ def test_rollback_and_reset() -> None:
     assert (m.next_token_mask() == masks[0]).all()
 
 
-def test_jump_forward() -> None:
-    comp = load_compiler("gpt-2")
+@pytest.mark.parametrize("name", BPE)
+def test_jump_forward(name: str) -> None:
+    comp = load_compiler(name)
     m = GrammarMatcher(comp.compile_regex(r"abc(d|e)fg"))
     assert m.find_jump_forward_string() == "abc"
     assert m.accept_string("abcd")
@@ -184,6 +201,7 @@ def test_jump_forward() -> None:
     assert m.find_jump_forward_string() == "= 1"
 
 
+@pytest.mark.skipif(not tokenizer_available("llama-spm"), reason="llama-spm not in the shared data")
 def test_jump_forward_keeps_output_valid() -> None:
     """Appending the forced string and re-tokenizing gives tokens the matcher accepts."""
     comp, tok = load_compiler("llama-spm"), load_tokenizer("llama-spm")
@@ -229,8 +247,9 @@ pair: ESCAPED_STRING ":" value
 
 
 @pytest.mark.parametrize("name,grammar,good,bad", EBNF_CASES, ids=[c[0] for c in EBNF_CASES])
-def test_ebnf(name: str, grammar: str, good: list[str], bad: list[str]) -> None:
-    comp, tok = load_compiler("gpt-2"), load_tokenizer("gpt-2")
+@pytest.mark.parametrize("tok_name", BPE)
+def test_ebnf(tok_name: str, name: str, grammar: str, good: list[str], bad: list[str]) -> None:
+    comp, tok = load_compiler(tok_name), load_tokenizer(tok_name)
     compiled = comp.compile_ebnf(grammar)
     for text in good:
         m = GrammarMatcher(compiled)
@@ -243,8 +262,9 @@ def test_ebnf(name: str, grammar: str, good: list[str], bad: list[str]) -> None:
         assert not (m.accept_string(text) and m.can_terminate()), text
 
 
-def test_ebnf_errors_and_root() -> None:
-    comp = load_compiler("gpt-2")
+@pytest.mark.parametrize("name", BPE)
+def test_ebnf_errors_and_root(name: str) -> None:
+    comp = load_compiler(name)
     with pytest.raises(GrammarError):
         comp.compile_ebnf("root: (")
     with pytest.raises(GrammarError, match="root"):
@@ -253,6 +273,7 @@ def test_ebnf_errors_and_root() -> None:
     assert m.accept_string("b") and m.can_terminate()
 
 
+@pytest.mark.skipif(not tokenizer_available("phi-3"), reason="phi-3 not in the shared data")
 def test_choices_and_cache() -> None:
     comp, tok = load_compiler("phi-3"), load_tokenizer("phi-3")
     compiled = comp.compile_choices(["New York", "New Delhi", "Paris"])
