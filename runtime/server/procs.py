@@ -31,7 +31,9 @@ def die_with_parent(cleanup_dir: str | None = None) -> None:
     parent = os.getppid()
 
     def on_term(*_) -> None:
-        if cleanup_dir and os.getppid() != parent:  # NOTE: orphaned: the parent cannot clean up
+        # NOTE: SIGTERM comes from the parent's shutdown (which removes the dir too) or from the
+        # kernel when the parent died (then nobody else can): remove it either way.
+        if cleanup_dir:
             shutil.rmtree(cleanup_dir, ignore_errors=True)
         os._exit(0)
 
