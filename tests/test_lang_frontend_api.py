@@ -103,7 +103,10 @@ def resolve(root, dotted: str):
     else:
         obj = {"Function": "sglang.lang.ir:SglFunction", "ProgramState":
                "sglang.lang.interpreter:ProgramState", "ProgramStateGroup":
-               "sglang.lang.interpreter:ProgramStateGroup"}.get(head)
+               "sglang.lang.interpreter:ProgramStateGroup",
+               # NOTE: sglang exposes these through lazy wrappers taking (*args, **kwargs).
+               "Runtime": "sglang.lang.backend.runtime_endpoint:Runtime",
+               "OpenAI": "sglang.lang.backend.openai:OpenAI"}.get(head)
         obj = getattr(importlib.import_module(obj.split(":")[0]), obj.split(":")[1]) if obj \
             else getattr(root, head)
     if attr:
@@ -134,15 +137,16 @@ def describe(fn) -> list:
 
 
 def compatible(ours: list, theirs: list) -> bool:
-    """``ours`` starts with ``theirs``; after that only keyword-only params and ``**kwargs``."""
+    """``ours`` starts with ``theirs``; after that only optional parameters (with defaults),
+    keyword-only parameters and ``**kwargs`` (what newer SGLang versions add, e.g.
+    ``flush_cache(backend, empty_cache=True)``)."""
     if ours[: len(theirs)] != theirs:
         return False
-    rest = ours[len(theirs):]
     kw_only = "*" in theirs or "*args" in theirs
-    for item in rest:
+    for item in ours[len(theirs):]:
         if item in ("*", "**kwargs"):
             kw_only = True
-        elif not kw_only:
+        elif item == "*args" or (not kw_only and item[1] is E):
             return False
     return True
 
@@ -157,7 +161,9 @@ def test_compatible_detects_differences():
     assert compatible([("a", 1), "*", ("b", 2)], [("a", 1)])
     assert not compatible([("a", 2)], [("a", 1)])
     assert not compatible([("b", None), ("a", 1)], [("a", 1)])
-    assert not compatible([("a", 1), ("extra", None)], [("a", 1)])
+    assert compatible([("a", 1), ("extra", None)], [("a", 1)])
+    assert not compatible([("a", 1), ("required", E)], [("a", 1)])
+    assert not compatible([("a", 1), "*args"], [("a", 1)])
 
 
 def test_public_names_and_module_paths_exist():
