@@ -30,6 +30,7 @@ from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
 from radixlm.runtime.request import Req
 
 logger = logging.getLogger(__name__)
+COMPILE_DUTY = 0.25  # share of wall time a compile may run while the model is busy (GIL fairness)
 
 
 class GrammarBackend:
@@ -55,6 +56,7 @@ class GrammarBackend:
         self._active = 0
         self._seq = 0
         self._lock = threading.Lock()
+        self.model_busy = False  # set by the scheduler each step: compiles yield the GIL while True
         self._compiler = None
         self._cache: dict[tuple[str, str], Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
@@ -149,7 +151,8 @@ class GrammarBackend:
                     return
                 _, _, spec, fut = heapq.heappop(self._queued)
                 self._active += 1
-            inner = submit_with_deadline(self._compile, self.timeout_s, *spec, name="radixlm-grammar")
+            inner = submit_with_deadline(self._compile, self.timeout_s, *spec, name="radixlm-grammar",
+                                         duty=COMPILE_DUTY, duty_when=lambda: self.model_busy)
             inner.add_done_callback(lambda f, fut=fut: self._done(f, fut))
 
     def _done(self, inner: Future, fut: Future) -> None:

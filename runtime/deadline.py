@@ -5,23 +5,54 @@
 pure-Python work (parsers, template engines, grammar compilers) at its next bytecode, so the CPU is
 given back instead of burning on in the background. Work blocked inside one long C call stops
 when that call returns.
+
+``duty`` < 1 also time-slices the work (a profile hook sleeps, GIL released, so that it runs at
+most that share of the wall clock, in slices of about ``SLICE_S``): background compiles then
+cannot starve the thread that runs the model (GIL convoy effect).
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
+
+
+SLICE_S = 0.001  # run slice of duty-limited work (seconds)
+
+
+def _duty_hook(duty: float, when: Callable[[], bool] | None):
+    """A ``sys.setprofile`` hook that sleeps ``SLICE_S * (1 - duty) / duty`` after each slice
+    (only while ``when()`` is true, when given)."""
+    pause = SLICE_S * (1 - duty) / duty
+    state = [0, time.perf_counter()]
+
+    def hook(frame, event, arg) -> None:
+        state[0] += 1
+        if state[0] < 200:  # NOTE: read the clock every 200 events only
+            return
+        state[0] = 0
+        now = time.perf_counter()
+        if now - state[1] >= SLICE_S:
+            if when is None or when():
+                time.sleep(pause)
+            state[1] = time.perf_counter()
+
+    return hook
 
 
 class DeadlineExceeded(Exception):
     """Raised in (and reported from) work that ran past its budget."""
 
 
-def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, name: str = "radixlm-deadline") -> Future:
+def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, name: str = "radixlm-deadline",
+                         duty: float = 1.0, duty_when: Callable[[], bool] | None = None) -> Future:
     """Start ``fn(*args)`` in its own thread; the returned future gets its result, its exception,
-    or :class:`DeadlineExceeded` once ``timeout_s`` seconds have passed (the work is interrupted)."""
+    or :class:`DeadlineExceeded` once ``timeout_s`` seconds have passed (the work is interrupted).
+    ``duty`` (0-1] limits its share of the wall clock while ``duty_when()`` is true (default: always)."""
     fut: Future = Future()
     lock = threading.Lock()
     done = [False]
@@ -29,6 +60,8 @@ def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, n
 
     def run() -> None:
         outcome: tuple[bool, Any] | None = None
+        if duty < 1:
+            sys.setprofile(_duty_hook(duty, duty_when))  # NOTE: this thread only
         try:
             try:
                 outcome = (True, fn(*args))
@@ -40,6 +73,7 @@ def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, n
                 done[0] = True
         except DeadlineExceeded:  # NOTE: delivered just after fn returned
             outcome = outcome or (False, expired)
+        sys.setprofile(None)
         timer.cancel()
         ok, value = outcome
         fut.set_result(value) if ok else fut.set_exception(value)

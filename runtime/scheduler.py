@@ -133,6 +133,7 @@ class Scheduler:
         batch = self._select_batch()
         aborted = self._take_aborted()
         self.ran_batch = batch is not None
+        self.grammar.model_busy = self.ran_batch or bool(self.running)
         if batch is None:
             self._idle_check()
             return aborted
