@@ -45,10 +45,19 @@ INPUT_REGEX = {"calculator": r"[0-9]{1,4}( [-+*/] [0-9]{1,4}){0,3}",
                "word_count": r"[A-Za-z ]{1,40}"}
 
 
+# One worked example (a shared, cached prefix) shows a small model the format and the tools.
+EXAMPLE = (
+    "Answer the question using tools. Tools: calculator (arithmetic), word_count (counts words), "
+    "finish (give the answer).\n\n"
+    "Question: What is 6 * 7 - 2?\n"
+    "Thought: I need to compute 6 * 7 - 2.\nAction: calculator\nAction Input: 6 * 7 - 2\nObservation: 40\n"
+    "Thought: The result is 40.\nAction: finish\nFinal Answer: 40\n\n"
+)
+
+
 @sgl.function
 def agent(s, question):
-    s += ("Answer the question using tools. Tools: calculator (arithmetic), word_count (counts "
-          "words), finish (give the answer).\n\nQuestion: " + question + "\n")
+    s += EXAMPLE + "Question: " + question + "\n"
     for step in range(MAX_STEPS):
         s += "Thought: " + sgl.gen(f"thought{step}", max_tokens=16, stop="\n") + "\n"
         s += "Action: " + sgl.select(f"action{step}", ["calculator", "word_count", "finish"]) + "\n"

@@ -11,7 +11,7 @@ from radixlm.examples.common import cache_summary, make_backend, parse_args
 
 @sgl.function
 def chat(s, questions):
-    s += sgl.system("You are a concise travel assistant.")
+    s += sgl.system("You are a helpful assistant. Answer in one or two sentences.")
     for i, q in enumerate(questions):
         s += sgl.user(q)
         s += sgl.assistant(sgl.gen(f"answer{i}", max_tokens=24))
@@ -20,9 +20,9 @@ def chat(s, questions):
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     make_backend(args)
-    questions = ["Which city should I visit in Portugal?",
-                 "What is the best month to go there?",
-                 "Name one dish I must try."]
+    questions = ["What is the capital of Portugal?",
+                 "What language do people speak there?",
+                 "Name a famous dish from Portugal."]
     st = chat.run(questions=questions, temperature=0)
     if st.error() is not None:
         raise SystemExit(f"chat failed: {st.error()}")

@@ -10,7 +10,7 @@ import radixlm as sgl
 
 def parse_args(description: str) -> argparse.Namespace:
     """``--url URL`` runs against a radixlm/SGLang server; without it an in-process Engine
-    with ``--model-path`` (default: the tiny random-weight model) is used."""
+    with ``--model-path`` (default: SmolLM2-135M-Instruct) is used."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--url", default=None, help="server base URL, e.g. http://127.0.0.1:30000")
     ap.add_argument("--api-key", default=None)

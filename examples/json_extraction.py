@@ -1,6 +1,6 @@
 """Extract structured fields from text passages with JSON-schema constrained generation.
 
-Run: ``python -m radixlm.examples.json_extraction`` (in-process Engine, tiny random-weight model)
+Run: ``python -m radixlm.examples.json_extraction`` (in-process Engine, the default SmolLM2-135M-Instruct)
 or ``python -m radixlm.examples.json_extraction --url http://127.0.0.1:30000`` (a server).
 All passages share the instruction prefix, which ``run_batch`` pre-caches once.
 """
