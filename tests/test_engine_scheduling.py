@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
-from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.tokenizer import load_tokenizer
+from radixlm.runtime.testing import make_scheduler, run_to_completion
 
 SNIPPETS = [
     "import os\nimport sys\n",
@@ -32,13 +30,6 @@ SNIPPETS = [
 ]
 
 
-def make_scheduler(path: str, **kw) -> Scheduler:
-    kw.setdefault("max_total_tokens", 4096)
-    args = ServerArgs(model_path=path, device="cpu", **kw)
-    tok, eos = load_tokenizer(path, path)
-    return Scheduler.create(args, ModelRunner(args, path, eos), tok)
-
-
 def make_req(sched: Scheduler, i: int, prompt: str, max_new: int = 20) -> Req:
     ids = sched.output_processor.tokenizer.encode(prompt)
     sp = SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True)
@@ -46,18 +37,7 @@ def make_req(sched: Scheduler, i: int, prompt: str, max_new: int = 20) -> Req:
 
 
 def run(sched: Scheduler, reqs: list[Req], arrivals: list[int] | None = None) -> list[list[int]]:
-    """Add each request at its arrival step and step until everything finished."""
-    arrivals = arrivals or [0] * len(reqs)
-    pending = sorted(zip(arrivals, range(len(reqs))))
-    step = 0
-    while pending or sched.has_work():
-        while pending and pending[0][0] <= step:
-            sched.add_request(reqs[pending.pop(0)[1]])
-        sched.step()
-        step += 1
-        assert step < 10_000
-    assert all(r.finished for r in reqs)
-    return [r.output_ids for r in reqs]
+    return run_to_completion(sched, reqs, arrivals)
 
 
 @pytest.fixture(scope="module")

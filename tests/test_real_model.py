@@ -16,12 +16,10 @@ import sys
 import pytest
 import torch
 
-from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
-from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.tokenizer import load_tokenizer
+from radixlm.runtime.testing import make_scheduler, run_to_completion
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -77,28 +75,12 @@ def hf_outputs(model_path, prompts) -> list[list[int]]:
     return outs
 
 
-def make_scheduler(path: str, **kw) -> Scheduler:
-    kw.setdefault("max_total_tokens", 4096)
-    args = ServerArgs(model_path=path, device="cpu", **kw)
-    tok, eos = load_tokenizer(path, path)
-    return Scheduler.create(args, ModelRunner(args, path, eos), tok)
-
-
 def run(sched: Scheduler, prompts: list[list[int]], arrivals: list[int] | None = None,
         max_new: int = NEW_TOKENS) -> list[list[int]]:
     """Greedy, ``ignore_eos``; each request is added at its arrival step."""
     reqs = [Req(f"r{i}", list(p), SamplingParams(max_new_tokens=max_new, temperature=0, ignore_eos=True))
             for i, p in enumerate(prompts)]
-    pending = sorted(zip(arrivals or [0] * len(reqs), range(len(reqs))))
-    step = 0
-    while pending or sched.has_work():
-        while pending and pending[0][0] <= step:
-            sched.add_request(reqs[pending.pop(0)[1]])
-        sched.step()
-        step += 1
-        assert step < 5_000
-    assert all(r.finished for r in reqs)
-    return [r.output_ids for r in reqs]
+    return run_to_completion(sched, reqs, arrivals)
 
 
 def test_engine_greedy_text_equals_hf_generate(model_path, prompts, hf_outputs):

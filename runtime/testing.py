@@ -1,0 +1,35 @@
+"""Helpers for tests and benchmarks that drive a :class:`Scheduler` step by step (no Engine thread)."""
+
+from __future__ import annotations
+
+from radixlm.runtime.model_runner import ModelRunner
+from radixlm.runtime.request import Req
+from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.server_args import ServerArgs
+from radixlm.runtime.tokenizer import load_tokenizer
+
+
+def make_scheduler(path: str, **server_args) -> Scheduler:
+    """A CPU scheduler over the model at ``path``; ``max_total_tokens`` defaults to 4096."""
+    server_args.setdefault("max_total_tokens", 4096)
+    args = ServerArgs(model_path=path, device="cpu", **server_args)
+    tok, eos = load_tokenizer(path, path)
+    return Scheduler.create(args, ModelRunner(args, path, eos), tok)
+
+
+def run_to_completion(sched: Scheduler, reqs: list[Req], arrivals: list[int] | None = None,
+                      max_steps: int = 10_000) -> list[list[int]]:
+    """Add each request at its arrival step (default: all at step 0), step until all finished and
+    return their output ids. Raises ``RuntimeError`` after ``max_steps`` steps."""
+    pending = sorted(zip(arrivals or [0] * len(reqs), range(len(reqs))))
+    step = 0
+    while pending or sched.has_work():
+        while pending and pending[0][0] <= step:
+            sched.add_request(reqs[pending.pop(0)[1]])
+        sched.step()
+        step += 1
+        if step > max_steps:
+            raise RuntimeError(f"requests unfinished after {max_steps} scheduler steps")
+    if not all(r.finished for r in reqs):
+        raise RuntimeError("the scheduler went idle with unfinished requests")
+    return [r.output_ids for r in reqs]
