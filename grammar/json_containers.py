@@ -13,6 +13,13 @@ from radixlm.grammar.json_lexical import string, string_literal
 from radixlm.grammar.json_scalars import content_dfa
 
 
+# NOTE: the value of an unspecified additionalProperties next to declared properties: any JSON
+# value, but in a single-DFA schema with arrays / objects nested at most EXTRA_DEPTH levels (a
+# sound restriction that keeps such schemas regular); undeclared keys come after declared ones.
+IMPLICIT = "x-implicit-additional"
+EXTRA_DEPTH = 1
+
+
 class ContainerMixin:
     """``array`` and ``object`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
 
@@ -111,10 +118,21 @@ class ContainerMixin:
                 key = product(key, names_dfa, "and")
             if not key.start:
                 continue
-            value = self.node(value_schema)
+            value = self.extra_value() if value_schema is IMPLICIT else self.node(value_schema)
             if value != NOTHING:
                 out.append(cat(("dfa", key), self.colon, value))
         return alt(*out)
+
+    def extra_value(self) -> Node:
+        """The value of an implicit additional property (see ``IMPLICIT``)."""
+        if self.grammar_mode:
+            return self.any_value()
+        if self._extra is None:
+            inner: Node | None = None
+            for _ in range(EXTRA_DEPTH + 1):
+                inner = ("dfa", dfa_from_ast(self._any(inner)))
+            self._extra = inner
+        return self._extra
 
     def object(self, s: dict) -> Node:
         props = dict(s.get("properties", {}))
@@ -123,7 +141,7 @@ class ContainerMixin:
         # NOTE: strict by default (no extra keys) only where properties are declared; a free-form
         # object ({"type": "object"}) keeps the JSON Schema default.
         pats = dict(s.get("patternProperties", {}))
-        addl = s.get("additionalProperties", s.get("unevaluatedProperties", not props and not pats))
+        addl = s.get("additionalProperties", s.get("unevaluatedProperties", IMPLICIT if props or pats else True))
         names = s.get("propertyNames")
         pat_dfas = {p: content_dfa(p, True) for p in pats}
         for k in required:

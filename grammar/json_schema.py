@@ -32,6 +32,7 @@ from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import disjoint, implied_types, valid_values
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
 from radixlm.grammar.schema_not import NotMixin
+from radixlm.grammar.schema_oneof import exclusive_branches
 from radixlm.grammar.schema_refs import canonical_refs
 from radixlm.grammar.schema_rewrite import rewrite_conditionals
 
@@ -59,6 +60,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
         self.uid = itertools.count()
         self.merges = 0
         self.done: dict[str, Node] = {}
+        self._extra: Node | None = None
         self.walk = Walk()
 
     # --- entry points -------------------------------------------------------------------------
@@ -191,10 +193,21 @@ class SchemaConverter(ContainerMixin, NotMixin):
         if kind == "oneOf":
             norm = [self.normalize(b) if isinstance(b, dict) and "$ref" not in b else b for b in merged]
             resolved = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b for b in norm]
-            for i, j in itertools.combinations(range(len(resolved)), 2):
-                if not disjoint(resolved[i], resolved[j], self.root, self._string_dfa):
-                    raise GrammarError("unsupported: oneOf whose branches may overlap (only disjoint oneOf is exact)")
+            overlap = any(not self._disjoint(resolved[i], resolved[j])
+                          for i, j in itertools.combinations(range(len(resolved)), 2))
+            if overlap:
+                merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
+                                            self._disjoint, self._negated)
         return alt(*(self.node(b) for b in merged))
+
+    def _disjoint(self, a: Any, b: Any) -> bool:
+        return disjoint(a, b, self.root, self._string_dfa)
+
+    def _negated(self, schema: Any) -> Any:
+        try:
+            return self.fold_nots({"not": schema})
+        except GrammarError:
+            return None
 
     def _negatable(self, cond: Any) -> bool:
         try:

@@ -21,6 +21,22 @@ _COUNTS = {
 }
 
 
+_TOGETHER = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum", "additionalProperties": "properties",
+             "patternProperties": "properties", "additionalItems": "items", "prefixItems": "items",
+             "minContains": "contains", "maxContains": "contains", "then": "if", "else": "if"}
+
+
+def _groups(neg: dict, keys: set[str]) -> list[dict]:
+    """``neg``'s keywords split into groups that constrain an instance independently."""
+    groups: dict[str, dict] = {}
+    for k in sorted(keys):
+        lead = _TOGETHER.get(k, k)
+        if k in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(neg[k], bool):
+            lead = k  # draft 6+: a bound of its own
+        groups.setdefault(lead, {})[k] = neg[k]
+    return list(groups.values())
+
+
 class NotMixin:
     """``fold_nots`` / ``apply_not`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
 
@@ -53,6 +69,8 @@ class NotMixin:
             elif keys == {"anyOf"}:
                 todo.extend(neg["anyOf"])
                 continue
+            elif keys == {"allOf"}:
+                pos = {"anyOf": [self.fold_nots({"not": b}) for b in neg["allOf"]]}
             elif keys == {"required"}:
                 if not neg["required"]:
                     return False
@@ -61,8 +79,10 @@ class NotMixin:
                 if not neg["properties"]:
                     return False
                 # NOTE: an object in which some declared property is present and fails its schema
-                pos = {"type": "object", "anyOf": [{"required": [k], "properties": {k: {"not": v}}}
+                pos = {"type": "object", "anyOf": [{"required": [k], "properties": {k: self.fold_nots({"not": v})}}
                                                    for k, v in neg["properties"].items()]}
+            elif keys == {"items"} and isinstance(neg["items"], (dict, bool)):
+                pos = {"type": "array", "contains": self.fold_nots({"not": neg["items"]})}
             elif len(keys) == 1 and next(iter(keys)) in _COUNTS:
                 key = next(iter(keys))
                 kind, other, is_min = _COUNTS[key]
@@ -76,6 +96,9 @@ class NotMixin:
                     keys == {"type", "pattern"} and neg.get("type") == "string"):
                 keep.append(neg)
                 continue
+            elif len(_groups(neg, keys)) > 1:
+                # NOTE: not (A and B) = (not A) or (not B), for independent keyword groups
+                pos = {"anyOf": [self.fold_nots({"not": g}) for g in _groups(neg, keys)]}
             else:
                 raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
             schema = merge(schema, pos)

@@ -1,0 +1,85 @@
+"""``oneOf`` with branches that may overlap, restricted soundly.
+
+An instance is valid for ``oneOf`` when it matches exactly one branch. For every pair of branches
+that are not provably disjoint, branch ``a`` is narrowed until it provably excludes branch ``b``:
+per instance type, a type is kept when the two branches restricted to it are disjoint, an object
+type is kept when ``b`` requires a property that ``a`` is then forbidden to have, and any other
+overlapping type is dropped from ``a``. Whatever the narrowed branches accept matches its own
+branch and no other, so it is valid; some valid instances may be rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_checks import implied_types
+from radixlm.grammar.schema_merge import merge
+
+_TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+
+
+def _types(schema: Any) -> list[str]:
+    ts = implied_types(schema) if isinstance(schema, dict) else None
+    ts = set(_TYPES) if ts is None else set(ts)
+    return [t for t in _TYPES if t in ts and not (t == "integer" and "number" in ts)]
+
+
+def _view(schema: Any, t: str) -> Any:
+    try:
+        return merge(schema, {"type": t})
+    except GrammarError:
+        return None
+
+
+def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Callable[[Any], Any]) -> Any:
+    """``a`` narrowed so that nothing it accepts satisfies ``b`` (False: nothing is left).
+    ``negate(s)``: a positive schema for ``not s``, or None when it cannot be expressed."""
+    views: list[Any] = []
+    narrowed_any = False
+    for t in _types(a):
+        va, vb = _view(a, t), _view(b, t)
+        if va is None or va is False:
+            continue
+        if vb is False or (vb is not None and disjoint(va, vb)):
+            views.append(va)
+            continue
+        if t == "object" and isinstance(b, dict):
+            mine = set(a.get("required", []))
+            theirs = [k for k in b.get("required", []) if k not in mine]
+            if theirs:
+                views.append(merge(va, {"properties": {theirs[0]: False}}))
+                narrowed_any = True
+                continue
+        rest = {k: v for k, v in b.items() if k != "type"} if isinstance(b, dict) else b
+        neg = negate(rest) if rest not in ({}, True) else None
+        if neg is not None and neg is not False:
+            try:
+                views.append(merge(va, neg))
+                narrowed_any = True
+            except GrammarError:
+                pass
+    views = [v for v in views if v is not False]
+    if not views:
+        return False
+    if narrowed_any:
+        return views[0] if len(views) == 1 else {"anyOf": views}
+    return merge(a, {"type": [_types(v)[0] for v in views]})
+
+
+def exclusive_branches(branches: list[Any], disjoint: Callable[[Any, Any], bool],
+                       negate: Callable[[Any], Any]) -> list[Any]:
+    """Each branch narrowed against every other (see the module docstring); branches that are
+    already pairwise disjoint come back unchanged."""
+    out = []
+    for i, a in enumerate(branches):
+        for j, b in enumerate(branches):
+            if i == j or a is False or disjoint(a, b):
+                continue
+            if a is True:
+                a = {}
+            if "$ref" in a:
+                raise GrammarError("unsupported: oneOf whose recursive branches may overlap")
+            a = separate(a, b, disjoint, negate)
+        out.append(a)
+    return out
