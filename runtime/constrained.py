@@ -30,7 +30,8 @@ from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
 from radixlm.runtime.request import Req
 
 logger = logging.getLogger(__name__)
-COMPILE_DUTY = 0.25  # share of wall time a compile may run while the model is busy (GIL fairness)
+# Share of wall time a compile may run (GIL fairness): while the model ran in the last second, and idle.
+COMPILE_DUTY_BUSY, COMPILE_DUTY_IDLE = 0.2, 0.5
 
 
 class GrammarBackend:
@@ -56,7 +57,7 @@ class GrammarBackend:
         self._active = 0
         self._seq = 0
         self._lock = threading.Lock()
-        self.model_busy = False  # set by the scheduler each step: compiles yield the GIL while True
+        self.model_ran_at = 0.0  # time.monotonic() of the last forward pass (set by the scheduler)
         self._compiler = None
         self._cache: dict[tuple[str, str], Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
@@ -152,8 +153,11 @@ class GrammarBackend:
                 _, _, spec, fut = heapq.heappop(self._queued)
                 self._active += 1
             inner = submit_with_deadline(self._compile, self.timeout_s, *spec, name="radixlm-grammar",
-                                         duty=COMPILE_DUTY, duty_when=lambda: self.model_busy)
+                                         duty=self._duty)
             inner.add_done_callback(lambda f, fut=fut: self._done(f, fut))
+
+    def _duty(self) -> float:
+        return COMPILE_DUTY_BUSY if time.monotonic() - self.model_ran_at < 1.0 else COMPILE_DUTY_IDLE
 
     def _done(self, inner: Future, fut: Future) -> None:
         with self._lock:

@@ -8,7 +8,8 @@ when that call returns.
 
 ``duty`` < 1 also time-slices the work (a profile hook sleeps, GIL released, so that it runs at
 most that share of the wall clock, in slices of about ``SLICE_S``): background compiles then
-cannot starve the thread that runs the model (GIL convoy effect).
+cannot starve the thread that runs the model (the GIL convoy effect: every torch call of the model
+loop gives the GIL up and waits up to the 5 ms switch interval to get it back).
 """
 
 from __future__ import annotations
@@ -24,21 +25,21 @@ from typing import Any, Callable
 SLICE_S = 0.001  # run slice of duty-limited work (seconds)
 
 
-def _duty_hook(duty: float, when: Callable[[], bool] | None):
-    """A ``sys.setprofile`` hook that sleeps ``SLICE_S * (1 - duty) / duty`` after each slice
-    (only while ``when()`` is true, when given)."""
-    pause = SLICE_S * (1 - duty) / duty
+def _duty_hook(duty: Callable[[], float]):
+    """A ``sys.setprofile`` hook that, after each slice of ``SLICE_S``, sleeps long enough that
+    the work runs ``duty()`` of the wall clock."""
     state = [0, time.perf_counter()]
 
     def hook(frame, event, arg) -> None:
         state[0] += 1
-        if state[0] < 200:  # NOTE: read the clock every 200 events only
+        if state[0] < 100:  # NOTE: read the clock every 100 events only
             return
         state[0] = 0
         now = time.perf_counter()
         if now - state[1] >= SLICE_S:
-            if when is None or when():
-                time.sleep(pause)
+            share = duty()
+            if share < 1:
+                time.sleep((now - state[1]) * (1 - share) / share)
             state[1] = time.perf_counter()
 
     return hook
@@ -49,10 +50,11 @@ class DeadlineExceeded(Exception):
 
 
 def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, name: str = "radixlm-deadline",
-                         duty: float = 1.0, duty_when: Callable[[], bool] | None = None) -> Future:
+                         duty: float | Callable[[], float] = 1.0) -> Future:
     """Start ``fn(*args)`` in its own thread; the returned future gets its result, its exception,
     or :class:`DeadlineExceeded` once ``timeout_s`` seconds have passed (the work is interrupted).
-    ``duty`` (0-1] limits its share of the wall clock while ``duty_when()`` is true (default: always)."""
+    ``duty`` in (0, 1] (or a function returning it, read after every slice) limits the work's share
+    of the wall clock."""
     fut: Future = Future()
     lock = threading.Lock()
     done = [False]
@@ -60,8 +62,8 @@ def submit_with_deadline(fn: Callable[..., Any], timeout_s: float, *args: Any, n
 
     def run() -> None:
         outcome: tuple[bool, Any] | None = None
-        if duty < 1:
-            sys.setprofile(_duty_hook(duty, duty_when))  # NOTE: this thread only
+        if callable(duty) or duty < 1:
+            sys.setprofile(_duty_hook(duty if callable(duty) else lambda: duty))  # NOTE: this thread only
         try:
             try:
                 outcome = (True, fn(*args))

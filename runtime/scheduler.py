@@ -10,6 +10,7 @@ never touches model tensors; KV slot handles go through the allocator and the pr
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from radixlm.radix import NoOpPrefixCache, PrefixCache, RadixCache
@@ -133,7 +134,8 @@ class Scheduler:
         batch = self._select_batch()
         aborted = self._take_aborted()
         self.ran_batch = batch is not None
-        self.grammar.model_busy = self.ran_batch or bool(self.running)
+        if self.ran_batch:
+            self.grammar.model_ran_at = time.monotonic()
         if batch is None:
             self._idle_check()
             return aborted
