@@ -12,6 +12,7 @@ import torch
 
 from radixlm.grammar.ast import alt, lit
 from radixlm.grammar.automaton import dfa_from_ast, regex_ast
+from radixlm.grammar.budget import compile_budget
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
@@ -128,13 +129,14 @@ class GrammarCompiler:
         text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False)
 
         def build() -> CompiledGrammar:
-            node, rules = json_schema_to_ast(schema, any_whitespace)
-            if not rules:
-                return self._dfa_grammar("json_schema", text, node)
-            from radixlm.grammar.earley_engine import EarleyEngine
+            with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
+                node, rules = json_schema_to_ast(schema, any_whitespace)
+                if not rules:
+                    return self._dfa_grammar("json_schema", text, node)
+                from radixlm.grammar.earley_engine import EarleyEngine
 
-            engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
-            return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
+                engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
+                return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
 
         return self._cached(("json_schema", text, any_whitespace), build)
 

@@ -38,6 +38,8 @@ FORMATS = {
     "uri-reference": r"[^\s\"<>\\^`{|}]*",
     "iri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\"<>\\^`{|}]*",
     "json-pointer": r"(/([^~/]|~[01])*)*",
+    # NOTE: a sound subset of the valid regexes: no metacharacter that could leave one unbalanced
+    "regex": r"[^\[\](){}*+?\\|]*",
     "duration": r"P(([0-9]+Y)?([0-9]+M)?([0-9]+D)?(T([0-9]+H)?([0-9]+M)?([0-9]+(\.[0-9]+)?S)?)?|[0-9]+W)",
 }
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.trie import TokenTrie, expand
 
 REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
@@ -194,6 +195,7 @@ class DfaIndex:
         narrow = [s for s in todo if self.cost2(s) < WIDE_NODES]
         wide = [s for s in todo if self.cost2(s) >= WIDE_NODES]
         for lo in range(0, len(narrow), 256):
+            check_budget("computing token masks")
             chunk = narrow[lo : lo + 256]
             arr = np.asarray(chunk, dtype=np.int64)
             src, node, st = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
@@ -210,6 +212,7 @@ class DfaIndex:
             for i, s in enumerate(chunk):
                 self.masks[s] = packed[i]
         for s in wide:
+            check_budget("computing token masks")  # NOTE: a no-op outside a compile
             self.masks[s] = self._wide(s)
 
     # --- free states -------------------------------------------------------------------------
