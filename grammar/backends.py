@@ -163,9 +163,9 @@ class LLGuidanceBackend(Backend):
             grammar = M.grammar_from_lark(source)
         else:
             raise ValueError(f"unknown grammar kind {kind!r}")
-        ok, msgs = M.validate_grammar_with_warnings(grammar, self.tok)
-        if not ok:
-            raise GrammarError(f"llguidance: {'; '.join(msgs)}")
+        err = M.validate_grammar(grammar, self.tok)
+        if err:
+            raise GrammarError(f"llguidance: {err}")
         return grammar
 
     def matcher(self, compiled: Any) -> Any:

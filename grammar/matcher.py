@@ -132,6 +132,18 @@ class GrammarMatcher:
         table = self.compiled.masks
         return table.row_np(int(table.row_ids([self.mask_state()])[0])).copy()
 
+    def max_next_token_bytes(self) -> int:
+        """Byte length of the longest token allowed next (0 when only stop tokens are): tells
+        jump-forward whether a token may span the end of a forced string."""
+        info = self._info
+        lengths = getattr(info, "_token_lengths", None)
+        if lengths is None:
+            lengths = np.fromiter((len(b) if b else 0 for b in info.token_bytes), dtype=np.int64,
+                                  count=info.tokenizer_size)
+            info._token_lengths = lengths
+        allowed = np.unpackbits(self.next_token_mask().view(np.uint8), bitorder="little")[: lengths.size]
+        return int(lengths[allowed.astype(bool)].max(initial=0))
+
     def find_jump_forward_string(self) -> str:
         """The longest string the grammar forces from here (exactly one way to continue), cut at
         the last complete UTF-8 character; "" when the next character is a choice or the output

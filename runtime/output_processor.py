@@ -77,15 +77,22 @@ class OutputProcessor:
         if not text:
             return None
         room = req.sampling_params.max_new_tokens - len(req.output_ids)
-        # NOTE (retokenization rule, docs/grammar.md): the forced text's last token is left to the
-        # model, so a token spanning the end of the forced text and the free text after it (`"` +
-        # `John` -> `"John`) stays possible; the jumped tokens must each be accepted by the matcher.
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[:-1][: max(room, 0)]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(room, 0)]
         accepted = 0
-        for tid in ids:
+        for tid in ids[:-1]:
             if not matcher.accept_token(tid):
                 break
             accepted += 1
+        # NOTE (retokenization rule, docs/grammar.md): the forced text's last token is jumped only
+        # when no allowed token is longer, i.e. none could span the end of the forced text and
+        # the free text after it (`"` + `John` -> `"John`); otherwise the model samples it.
+        if accepted == len(ids) - 1 and ids:
+            longest = getattr(matcher, "max_next_token_bytes", None)
+            last = len(self.tokenizer.decode([ids[-1]]).encode("utf-8"))
+            if longest is not None and longest() <= last and matcher.accept_token(ids[-1]):
+                accepted += 1
+            else:
+                ids = ids[:-1]
         if accepted < len(ids):  # the tokenizer's split is not one the grammar accepts token by token
             matcher.rollback(accepted)
             return None

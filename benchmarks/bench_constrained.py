@@ -1,0 +1,183 @@
+"""Constrained vs free decoding throughput through a running server (issue 12).
+
+N concurrent ``/generate`` requests per mode — free (``ignore_eos``), ``json_schema``, ``regex``,
+``ebnf`` — with the same prompts and ``max_new_tokens``; prints output tok/s per mode, the ratio to
+free decoding measured in the same run, mean output length, and the share of constrained outputs
+that validate (``jsonschema`` / ``re.fullmatch``; of all outputs, and of those the grammar ended).
+
+    # CPU, default model (SmolLM2-135M-Instruct):
+    .venv/bin/python benchmarks/bench_constrained.py --num-prompts 16 --max-new-tokens 48
+    # GPU, Llama-3.1-8B dims with random weights and the DeepSeek tokenizer:
+    python benchmarks/bench_constrained.py --write-config llama-3.1-8b /tmp/llama8b --load-format dummy \\
+        --tokenizer-path ../shared/data/tokenizers/deepseek-llm --device cuda --num-prompts 128
+    # against a server already running:
+    python benchmarks/bench_constrained.py --base-url http://127.0.0.1:30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "maxLength": 60},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 8},
+        "address": {"type": "object", "properties": {"street": {"type": "string", "maxLength": 60},
+                                                     "city": {"type": "string", "maxLength": 30}},
+                    "required": ["street", "city"]},
+        "active": {"type": "boolean"},
+    },
+    "required": ["name", "age", "email", "tags", "address", "active"],
+}
+REGEX = r"([A-Z][a-z]{1,12} ){1,6}[0-9]{1,6}(, [A-Z][a-z]{1,12} ([a-z]{1,10} ){0,8}[0-9]{1,6}){0,12}\."
+EBNF = 'root: "[" item (", " item)* "]"\nitem: NUM | "\\"" WORD "\\""\nNUM: /[0-9]{1,8}/\nWORD: /[a-z]{1,12}/'
+EBNF_REGEX = r'\[([0-9]{1,8}|"[a-z]{1,12}")(, ([0-9]{1,8}|"[a-z]{1,12}"))*\]'
+PROMPT = ("Record {i}: write the profile of a person (name, age, email, tags, address, active) "
+          "as structured data. Be detailed.")
+MODES = {
+    "free": {"ignore_eos": True},
+    "json_schema": {"json_schema": json.dumps(SCHEMA)},
+    "regex": {"regex": REGEX},
+    "ebnf": {"ebnf": EBNF},
+}
+
+
+def validate(mode: str, text: str) -> bool:
+    if mode == "json_schema":
+        import jsonschema
+
+        try:
+            jsonschema.validate(json.loads(text), SCHEMA)
+            return True
+        except (ValueError, jsonschema.ValidationError):
+            return False
+    if mode == "regex":
+        return re.fullmatch(REGEX, text) is not None
+    if mode == "ebnf":
+        return re.fullmatch(EBNF_REGEX, text) is not None
+    return True
+
+
+def run_mode(url: str, mode: str, n: int, max_new: int, timeout: float) -> dict:
+    def one(i: int) -> dict:
+        sp = {"max_new_tokens": max_new, "temperature": 0, **MODES[mode]}
+        r = requests.post(url + "/generate", json={"text": PROMPT.format(i=i), "sampling_params": sp}, timeout=timeout)
+        r.raise_for_status()
+        return r.json()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        outs = list(pool.map(one, range(n)))
+    dt = time.perf_counter() - t0
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in outs)
+    ended = [o for o in outs if (o["meta_info"]["finish_reason"] or {}).get("type") == "stop"]
+    aborted = [o for o in outs if (o["meta_info"]["finish_reason"] or {}).get("type") == "abort"]
+    valid = sum(validate(mode, o["text"]) for o in outs)
+    valid_ended = sum(validate(mode, o["text"]) for o in ended)
+    return {"mode": mode, "seconds": dt, "tokens": tokens, "tok_s": tokens / dt, "mean_len": tokens / n,
+            "valid": valid, "ended": len(ended), "valid_ended": valid_ended, "aborted": len(aborted), "n": n,
+            "sample": outs[0]["text"][:80]}
+
+
+def report(rows: list[dict], header: str) -> str:
+    free = next((r["tok_s"] for r in rows if r["mode"] == "free"), None)
+    lines = [header, "", "| mode | output tok/s | ratio to free | mean output tokens | valid (all) | valid (ended) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = f"{r['tok_s'] / free:.2f}x" if free else "-"
+        valid = "-" if r["mode"] == "free" else f"{r['valid']}/{r['n']}"
+        ended = "-" if r["mode"] == "free" else f"{r['valid_ended']}/{r['ended']}"
+        lines.append(f"| {r['mode']} | {r['tok_s']:.1f} | {ratio} | {r['mean_len']:.1f} | {valid} | {ended} |")
+    return "\n".join(lines)
+
+
+def server_args(a: argparse.Namespace) -> list[str]:
+    out: list[str] = []
+    if a.model_path:
+        out += ["--model-path", a.model_path]
+    if a.tokenizer_path:
+        out += ["--tokenizer-path", a.tokenizer_path]
+    out += ["--load-format", a.load_format, "--device", a.device, "--grammar-backend", a.grammar_backend]
+    if a.dtype:
+        out += ["--dtype", a.dtype]
+    if a.max_total_tokens:
+        out += ["--max-total-tokens", str(a.max_total_tokens)]
+    if a.context_length:
+        out += ["--context-length", str(a.context_length)]
+    if a.overlap:
+        out += ["--enable-overlap-schedule"]
+    return out + a.server_arg
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base-url", default=None, help="use a running server instead of starting one")
+    p.add_argument("--model-path", default=None, help="default: the default model")
+    p.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None,
+                   help="write a published config (see bench_offline.py) to DIR and use it as --model-path")
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--grammar-backend", default="radixlm", choices=["radixlm", "xgrammar", "llguidance"])
+    p.add_argument("--overlap", action="store_true", help="start the server with --enable-overlap-schedule")
+    p.add_argument("--server-arg", action="append", default=[], help="extra server CLI token (repeatable)")
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--output-file", default=None, help="append the markdown table here")
+    a = p.parse_args(argv)
+    if a.write_config:
+        from benchmarks.bench_offline import write_config  # noqa: PLC0415
+
+        a.model_path = write_config(*a.write_config)
+        a.context_length = a.context_length or 4096
+    server = None
+    url = a.base_url
+    if url is None:
+        from radixlm.runtime.server.testing import ServerProcess
+
+        server = ServerProcess(server_args(a), ready_timeout=900)
+        url = server.url
+    try:
+        modes = a.modes.split(",")
+        for m in modes:  # warm-up: compile grammars, first steps
+            run_mode(url, m, 2, 4, a.timeout)
+        rows = [run_mode(url, m, a.num_prompts, a.max_new_tokens, a.timeout) for m in modes]
+    finally:
+        if server is not None:
+            server.stop()
+    header = (f"bench_constrained: {a.num_prompts} concurrent requests per mode, max_new_tokens "
+              f"{a.max_new_tokens}, greedy, model {a.model_path or 'default'} ({a.load_format}), tokenizer "
+              f"{a.tokenizer_path or 'the model'}, device {a.device}, grammar backend {a.grammar_backend}"
+              f"{', overlap' if a.overlap else ''}")
+    text = report(rows, header)
+    print(text)
+    for r in rows:
+        print(f"# {r['mode']}: {r['seconds']:.1f}s, aborted {r['aborted']}, sample {r['sample']!r}", file=sys.stderr)
+    if a.output_file:
+        with open(a.output_file, "a") as f:
+            f.write(text + "\n\n")
+    return rows
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
