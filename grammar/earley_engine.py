@@ -23,7 +23,7 @@ from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 Thread = tuple[int, int, int]
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
-CROSSING_CACHE = 100_000  # threads whose boundary-crossing trie nodes are kept
+CROSSING_CACHE = 100_000  # cached crossing walks (per thread, per terminal path)
 
 
 class EarleyState:
@@ -57,7 +57,8 @@ class EarleyEngine:
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
-        self._crossing: dict[Thread, np.ndarray] = {}
+        self._crossing: dict[Thread, np.ndarray] = {}  # thread -> token ids crossing its end
+        self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _below
         budget = EAGER_TERMINAL_STATES  # NOTE: terminal masks at compile time, not on first visit
         for idx in self.index:
             n = idx.trans.shape[0]
@@ -137,34 +138,48 @@ class EarleyEngine:
             if got.size:
                 crossing.append(got)
         if crossing:
-            tok = self.trie.node_token[np.concatenate(crossing)]
-            out |= pack_tokens(tok[tok >= 0], self.trie, self.words)
+            out |= pack_tokens(np.concatenate(crossing), self.trie, self.words)
         return out
 
     def _crossing_nodes(self, col: int, t: int, q: int) -> np.ndarray:
+        """Token ids that end past the end of terminal ``t`` (from state ``q``, started at ``col``)."""
         nodes = self.index[t].boundary(q)
         found: list[np.ndarray] = []
         if nodes.size:
             more, _ = self.spawn(col, t)
             if more:
-                self._below(more, nodes, found, 0)
+                self._below(more, (t, q), nodes, found, 0)
         return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
-    def _below(self, threads: frozenset[Thread], nodes: np.ndarray, out: list[np.ndarray], depth: int) -> None:
-        """Append the live trie nodes strictly below ``nodes`` under ``threads``."""
+    def _below(self, threads: frozenset[Thread], path: tuple, nodes: np.ndarray, out: list[np.ndarray],
+               depth: int) -> None:
+        """Append the tokens strictly below ``nodes`` under ``threads``.
+
+        NOTE: the walk below ``nodes`` depends only on the terminal path that produced them
+        (``path``: the first thread's ``(terminal, state)``, then each spawned ``(terminal,
+        state)``), never on Earley columns; columns only decide which threads are spawned. So walks
+        are cached per path and shared by every column, state and request of the grammar.
+        """
         if depth > self.trie.max_depth:
             return
         for col, t, q in threads:
-            term = self.terms[t]
-            _, found, states = walk_from(term.trans, self.trie, nodes, np.full(nodes.size, q))
-            if not found.size:
-                continue
-            out.append(found)
-            acc = term.accept[states]
-            if acc.any():
+            key = path + (t, q)
+            got = self._paths.get(key)
+            if got is None:
+                term = self.terms[t]
+                _, found, states = walk_from(term.trans, self.trie, nodes, np.full(nodes.size, q))
+                tok = self.trie.node_token[found]
+                got = (np.unique(tok[tok >= 0]), np.unique(found[term.accept[states]]))
+                if len(self._paths) > CROSSING_CACHE:
+                    self._paths.clear()
+                self._paths[key] = got
+            tokens, ends = got
+            if tokens.size:
+                out.append(tokens)
+            if ends.size:
                 more, _ = self.spawn(col, t)
                 if more:
-                    self._below(more, np.unique(found[acc]), out, depth + 1)
+                    self._below(more, key, ends, out, depth + 1)
 
     def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
         out = bytearray()
