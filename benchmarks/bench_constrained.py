@@ -76,7 +76,8 @@ def run_mode(url: str, mode: str, n: int, max_new: int, timeout: float) -> dict:
     def one(i: int) -> dict:
         sp = {"max_new_tokens": max_new, "temperature": 0, **MODES[mode]}
         r = requests.post(url + "/generate", json={"text": PROMPT.format(i=i), "sampling_params": sp}, timeout=timeout)
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"{mode}: HTTP {r.status_code}: {r.text[:300]}")
         return r.json()
 
     t0 = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixlm.grammar.automaton import ByteDFA
+from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.token_index import DfaIndex, RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
@@ -23,7 +24,10 @@ class DfaEngine:
         self._forced[dfa.accept] = -1
         self.eager = eager and dfa.n_states <= EAGER_STATES
         if self.eager:
-            self.index.compute(list(range(1, dfa.n_states)))
+            try:
+                self.index.compute(list(range(1, dfa.n_states)))
+            except GrammarError:  # NOTE: compile budget spent: the rest is computed on first visit
+                self.eager = False
 
     def dense_masks(self) -> np.ndarray | None:
         """int32 ``[n_states, words]`` masks of every state (stop tokens excluded; row 0 dead), or

@@ -63,7 +63,10 @@ class EarleyEngine:
         for idx in self.index:
             n = idx.trans.shape[0]
             if n - 1 <= budget:
-                idx.compute(list(range(1, n)))
+                try:
+                    idx.compute(list(range(1, n)))
+                except GrammarError:  # NOTE: compile budget spent: the rest on first visit
+                    break
                 budget -= n - 1
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:

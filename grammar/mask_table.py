@@ -17,12 +17,16 @@ cleared at the start of a call, never in the middle of one).
 from __future__ import annotations
 
 import threading
+import weakref
+from collections import OrderedDict
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
 
 MAX_TABLE_BYTES = 256 << 20  # per grammar; a larger table is cleared and refilled on demand
+DEVICE_TABLE_BYTES = 1 << 30  # device copies of all grammars together; least recently used go first
+_DEVICE_LRU: "OrderedDict[int, weakref.ref]" = OrderedDict()
 
 
 class MaskTable:
@@ -136,7 +140,32 @@ class MaskTable:
             dev, lo = got
         dev[lo : self.n_rows].copy_(torch.from_numpy(self._np[lo : self.n_rows]), non_blocking=False)
         self._device[device] = (dev, self.n_rows)
+        _touch_device(self)
         return dev
+
+    def device_bytes(self) -> int:
+        return sum(t.numel() * 4 for t, _ in self._device.values())
+
+    def drop_device(self) -> None:
+        """Free the device copies (they are rebuilt on the next :meth:`device_rows`)."""
+        self._device = {}
+
+
+def _touch_device(table: MaskTable) -> None:
+    """Mark ``table`` most recently used and drop the device copies of the least recently used
+    tables past ``DEVICE_TABLE_BYTES`` (never ``table`` itself)."""
+    _DEVICE_LRU[id(table)] = weakref.ref(table)
+    _DEVICE_LRU.move_to_end(id(table))
+    total = 0
+    for key in reversed(list(_DEVICE_LRU)):
+        t = _DEVICE_LRU[key]()
+        if t is None:
+            del _DEVICE_LRU[key]
+            continue
+        total += t.device_bytes()
+        if total > DEVICE_TABLE_BYTES and t is not table:
+            t.drop_device()
+            del _DEVICE_LRU[key]
 
 
 def gather_rows(tables: Sequence[MaskTable], row_ids: Sequence[np.ndarray], out: torch.Tensor,

@@ -162,3 +162,24 @@ def test_lazy_table_is_bounded_and_refills() -> None:
         assert table.n_rows <= 4 + 1
     fresh = GrammarMatcher(comp.compile_json_schema(json.dumps(tree)))
     assert (fresh.next_token_mask() == rows[0]).all()
+
+
+def test_device_copies_are_incremental_and_bounded(monkeypatch) -> None:
+    """Device-side tables (exercised with the CPU as the 'device'): only new rows are uploaded,
+    and least recently used grammars lose their copies past the byte budget."""
+    from radixlm.grammar import mask_table as mt
+
+    monkeypatch.setattr(mt, "DEVICE_TABLE_BYTES", 40_000)
+    stop = np.zeros(100, np.int32)
+    a = mt.MaskTable.from_dense(np.arange(500, dtype=np.int32).reshape(5, 100), stop)
+    lazy = mt.MaskTable(100, stop, lambda states: [np.full(100, s, np.int32) for s in states])
+    dev = torch.device("cpu")
+    assert torch.equal(a.device_rows(dev)[: a.n_rows], a.rows_cpu())
+    ids = lazy.row_ids([3, None, 4])
+    first = lazy.device_rows(dev)
+    assert torch.equal(first[ids[0]], torch.full((100,), 3, dtype=torch.int32)) and ids[1] == 0
+    lazy.row_ids([5])  # one new row: same device buffer, row appended
+    assert lazy.device_rows(dev) is first and (first[lazy.row_ids([5])[0]] == 5).all()
+    b = mt.MaskTable.from_dense(np.ones((200, 100), np.int32) * np.arange(200, dtype=np.int32)[:, None], stop)
+    b.device_rows(dev)
+    assert b.device_bytes() > 0 and a.device_bytes() == 0  # a was least recently used
