@@ -21,7 +21,9 @@ from radixlm.runtime.model_runner import ModelRunner
 from radixlm.runtime.output_processor import OutputProcessor
 from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import SchedulePolicy
-from radixlm.runtime.scheduler_recovery import abort_everything, pick_decode_reqs, recover_failed_batch
+from radixlm.runtime.scheduler_recovery import (
+    abort_bad_grammars, abort_everything, pick_decode_reqs, recover_failed_batch,
+)
 from radixlm.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -236,6 +238,7 @@ class Scheduler:
                 return None
             slices.append(s)
             budget -= s.length
+        abort_bad_grammars(self)
         self.policy.calc_priority(self.waiting)
         num_running = len(self.running) + len(slices)
         isolated = next((r for r in self.waiting if r.extra.get("isolate")), None)

@@ -81,3 +81,15 @@ def abort_everything(sched: "Scheduler", message: str) -> list[Req]:
         if not req.finished:
             sched._finish(req, {"type": "abort", "message": message}, holds_kv=req.req_pool_idx is not None)
     return reqs
+
+
+def abort_bad_grammars(sched: "Scheduler") -> None:
+    """Abort waiting requests whose grammar failed to compile (400), even while no request can be
+    admitted, so their clients do not wait for capacity."""
+    for req in [r for r in sched.waiting if "grammar_matcher" not in r.extra
+                and ("grammar_error" in r.extra or "grammar_future" in r.extra)]:
+        ready = sched.grammar.poll(req)
+        if isinstance(ready, str):
+            sched.waiting.remove(req)
+            sched._finish(req, {"type": "abort", "message": ready, "status_code": 400}, holds_kv=False)
+            sched._aborted.append(req)
