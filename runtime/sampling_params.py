@@ -9,6 +9,7 @@ from typing import Any
 
 GREEDY_EPS = 1e-6  # temperature below this means greedy (argmax)
 MAX_INT = 2**31 - 1  # bound of integer fields (token counts, top_k, token ids)
+MAX_N = 1024  # samples per prompt (the HTTP edge allows 128)
 
 
 @dataclass
@@ -93,7 +94,7 @@ class SamplingParams:
         checks = [
             ("max_new_tokens", self.max_new_tokens >= 0),
             ("min_new_tokens", 0 <= self.min_new_tokens),
-            ("n", self.n >= 1),
+            ("n", 1 <= self.n <= MAX_N),
             ("temperature", self.temperature >= 0),
             ("top_p", 0 < self.top_p <= 1),
             ("top_k", self.top_k == -1 or self.top_k >= 1),
