@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, opt, rep
@@ -13,11 +14,14 @@ from radixlm.grammar.json_lexical import string, string_literal
 from radixlm.grammar.json_scalars import content_dfa
 
 
-# NOTE: the value of an unspecified additionalProperties next to declared properties: any JSON
-# value, but in a single-DFA schema with arrays / objects nested at most EXTRA_DEPTH levels (a
-# sound restriction that keeps such schemas regular); undeclared keys come after declared ones.
+# NOTE: an unspecified additionalProperties next to declared properties is "false" (strict, the
+# usual constrained-decoding mode) unless IMPLICIT_EXTRAS (env RADIXLM_JSON_EXTRAS=1): then any
+# undeclared key may follow the declared ones, its value any JSON value (in a single-DFA schema
+# with arrays / objects nested at most EXTRA_DEPTH levels: a sound restriction). Off by default:
+# on MaskBench it raised valid acceptance ~1 point but made the median compile ~20x slower.
 IMPLICIT = "x-implicit-additional"
 EXTRA_DEPTH = 1
+IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "0") == "1"  # NOTE: off: ~20x slower compiles
 
 
 class ContainerMixin:
@@ -141,7 +145,8 @@ class ContainerMixin:
         # NOTE: strict by default (no extra keys) only where properties are declared; a free-form
         # object ({"type": "object"}) keeps the JSON Schema default.
         pats = dict(s.get("patternProperties", {}))
-        addl = s.get("additionalProperties", s.get("unevaluatedProperties", IMPLICIT if props or pats else True))
+        implicit = (IMPLICIT if IMPLICIT_EXTRAS else False) if props or pats else True
+        addl = s.get("additionalProperties", s.get("unevaluatedProperties", implicit))
         names = s.get("propertyNames")
         pat_dfas = {p: content_dfa(p, True) for p in pats}
         for k in required:

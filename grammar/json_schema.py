@@ -12,6 +12,18 @@ Output conventions (what a constrained model may write):
 - A value with no constraints (``{}`` / ``true``) is any JSON value (a recursive rule, so such
   schemas compile to a grammar like recursive ones do).
 
+- Sound restrictions (valid instances that may be rejected, never an invalid one accepted):
+  ``maxLength`` above 512 is lowered to 512; overlapping ``oneOf`` branches are narrowed until
+  provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
+  ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
+  left out; ``format: regex`` allows only strings without regex metacharacters.
+- Not enforced: ``uniqueItems`` (accepted as written). ``nullable`` (OpenAPI) is an annotation,
+  as in JSON Schema validators.
+- ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);
+  remote documents are never fetched.
+- Compilation runs under a time budget (:mod:`radixlm.grammar.budget`); shared sub-schemas are
+  converted once (memoized), large non-recursive schemas compile as grammars.
+
 Unsupported keywords raise :class:`GrammarError` naming the keyword.
 """
 
