@@ -310,3 +310,14 @@ def test_overlap_schedule_matches_plain_engine(tiny_llama, engine):
     for a, b, c in zip(plain, overlapped, alone):
         assert a["output_ids"] == b["output_ids"] == c["output_ids"]
         assert a["text"] == b["text"] and a["meta_info"]["finish_reason"] == b["meta_info"]["finish_reason"]
+
+
+def test_stop_regex_trims_and_reports_pattern(engine):
+    free = engine.generate(PROMPT, GREEDY)["text"]
+    piece = free[len(free) // 2 : len(free) // 2 + 2]
+    pattern = "".join("\\" + c if not c.isalnum() else c for c in piece) + "|zzzzqqq"
+    out = engine.generate(PROMPT, {**GREEDY, "stop_regex": [pattern]})
+    assert out["text"] == free[: free.find(piece)]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}
+    with pytest.raises(ValueError, match="stop_regex"):
+        engine.generate(PROMPT, {**GREEDY, "stop_regex": "("})
