@@ -43,9 +43,9 @@ SCHEMA = {
     },
     "required": ["name", "age", "email", "tags", "address", "active"],
 }
-REGEX = r"([A-Z][a-z]{1,12} ){1,6}[0-9]{1,6}(, [A-Z][a-z]{1,12} ([a-z]{1,10} ){0,8}[0-9]{1,6}){0,12}\."
-EBNF = 'root: "[" item (", " item)* "]"\nitem: NUM | "\\"" WORD "\\""\nNUM: /[0-9]{1,8}/\nWORD: /[a-z]{1,12}/'
-EBNF_REGEX = r'\[([0-9]{1,8}|"[a-z]{1,12}")(, ([0-9]{1,8}|"[a-z]{1,12}"))*\]'
+REGEX = r"[A-Z][a-z]{2,12}( [a-z]{2,12}){16,60}\."  # >= 17 words: outputs as long as free ones
+EBNF = 'root: "[" item (", " item)~12..60 "]"\nitem: NUM | "\\"" WORD "\\""\nNUM: /[0-9]{3,8}/\nWORD: /[a-z]{3,12}/'
+EBNF_REGEX = r'\[([0-9]{3,8}|"[a-z]{3,12}")(, ([0-9]{3,8}|"[a-z]{3,12}")){12,60}\]'
 PROMPT = ("Record {i}: write the profile of a person (name, age, email, tags, address, active) "
           "as structured data. Be detailed.")
 MODES = {

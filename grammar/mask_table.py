@@ -97,6 +97,15 @@ class MaskTable:
         self.n_rows += 1
         return self.n_rows - 1
 
+    def row_id(self, state: Hashable) -> int:
+        """Row of one state (``None``: the stop row); the scalar fast path of :meth:`row_ids`."""
+        if state is None:
+            return 0
+        if self._dense is not None:
+            return int(self._dense[state])
+        got = self._row_of.get(state)
+        return int(self.row_ids([state])[0]) if got is None else got
+
     def row_ids(self, states: Sequence[Hashable]) -> np.ndarray:
         """int64 ``[len(states)]`` row ids (``None`` state: the stop-only row 0). Computes the
         masks of states seen for the first time in one batched call."""

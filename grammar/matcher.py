@@ -114,7 +114,7 @@ class GrammarMatcher:
             True (the mask restricts something; kept for xgrammar compatibility).
         """
         table = self.compiled.masks
-        row = table.row_np(int(table.row_ids([self.mask_state()])[0]))
+        row = table.row_np(table.row_id(self.mask_state()))
         w = min(row.shape[0], bitmask.shape[1])
         if bitmask.device.type == "cpu":
             dst = bitmask.numpy()[index]
@@ -130,7 +130,7 @@ class GrammarMatcher:
     def next_token_mask(self) -> np.ndarray:
         """The packed int32 mask of the current state as a numpy array (a copy)."""
         table = self.compiled.masks
-        return table.row_np(int(table.row_ids([self.mask_state()])[0])).copy()
+        return table.row_np(table.row_id(self.mask_state())).copy()
 
     def max_next_token_bytes(self) -> int:
         """Byte length of the longest token allowed next (0 when only stop tokens are): tells
