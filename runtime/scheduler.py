@@ -22,7 +22,7 @@ from radixlm.runtime.output_processor import OutputProcessor
 from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import SchedulePolicy
 from radixlm.runtime.scheduler_recovery import (
-    abort_bad_grammars, abort_everything, pick_decode_reqs, recover_failed_batch,
+    abort_bad_grammars, abort_everything, log_integrity, pick_decode_reqs, recover_failed_batch, retract,
 )
 from radixlm.runtime.server_args import ServerArgs
 
@@ -347,18 +347,7 @@ class Scheduler:
 
     def _retract(self, need: int) -> None:
         """Preempt running requests, largest KV first, until ``need`` slots can be had."""
-        victims = sorted(self.running, key=lambda r: (r.kv_len, -r.arrival), reverse=True)
-        for req in victims:
-            if self._available() >= len(self.running) or len(self.running) == 1:
-                break
-            self.running.remove(req)
-            self.tree_cache.cache_finished_req(req)
-            req.kv_len, req.status = 0, ReqStatus.WAITING
-            req.extra["needs_extend"] = False
-            self.waiting.insert(0, req)
-            self.stats.num_retracted += 1
-            logger.info("retracted request %s (%d tokens) to free KV", req.rid, len(req.all_ids))
-        self.new_token_ratio = min(1.0, self.new_token_ratio + 0.2)
+        retract(self, need)
 
     # ------------------------------------------------------------- results
     def _process(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
@@ -405,16 +394,6 @@ class Scheduler:
         self.output_processor.finish(req)
 
     def _idle_check(self) -> None:
-        if self.has_work() or self._checked_idle:
-            return
-        self._checked_idle = True
-        problems = self.tree_cache.check_integrity()
-        if problems:
-            logger.error(
-                "KV cache integrity check failed: %s (free=%d evictable=%d protected=%d size=%d)",
-                "; ".join(problems),
-                self.allocator.available_size(),
-                self.tree_cache.evictable_size(),
-                self.tree_cache.protected_size(),
-                self.allocator.size,
-            )
+        if not (self.has_work() or self._checked_idle):
+            self._checked_idle = True
+            log_integrity(self)

@@ -1,4 +1,5 @@
-"""Confining a failed scheduler step to the request that caused it.
+"""Confining a failed scheduler step to the request that caused it (and the scheduler's other
+ways of giving resources back: retraction, aborts, the idle integrity check).
 
 When the model runner raises for a batch, no request of that batch has been processed: the step's
 KV slots are freed and, for a batch of one, that request is the culprit and ends with an error
@@ -93,3 +94,29 @@ def abort_bad_grammars(sched: "Scheduler") -> None:
             sched.waiting.remove(req)
             sched._finish(req, {"type": "abort", "message": ready, "status_code": 400}, holds_kv=False)
             sched._aborted.append(req)
+
+
+def log_integrity(sched: "Scheduler") -> None:
+    """Check free + evictable + protected == pool size (when idle) and log any violation."""
+    problems = sched.tree_cache.check_integrity()
+    if problems:
+        logger.error("KV cache integrity check failed: %s (free=%d evictable=%d protected=%d size=%d)",
+                     "; ".join(problems), sched.allocator.available_size(), sched.tree_cache.evictable_size(),
+                     sched.tree_cache.protected_size(), sched.allocator.size)
+
+
+def retract(sched: "Scheduler", need: int) -> None:
+    """Preempt running requests, largest KV first, until ``need`` decode slots can be had; their
+    computed KV goes to the prefix cache and they wait again (SGLang's retraction)."""
+    victims = sorted(sched.running, key=lambda r: (r.kv_len, -r.arrival), reverse=True)
+    for req in victims:
+        if sched._available() >= len(sched.running) or len(sched.running) == 1:
+            break
+        sched.running.remove(req)
+        sched.tree_cache.cache_finished_req(req)
+        req.kv_len, req.status = 0, ReqStatus.WAITING
+        req.extra["needs_extend"] = False
+        sched.waiting.insert(0, req)
+        sched.stats.num_retracted += 1
+        logger.info("retracted request %s (%d tokens) to free KV", req.rid, len(req.all_ids))
+    sched.new_token_ratio = min(1.0, sched.new_token_ratio + 0.2)
