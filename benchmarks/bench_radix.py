@@ -7,14 +7,18 @@ branch off each other at random points (chat histories / few-shot variants), the
   (the scheduler's admission match plus the insert at finish; goal: median <= 100 us),
 * the same for a full hit (all 4,096 tokens cached) and a full miss (nothing cached),
 * match only of a 4,096-token full hit,
-* evict(4,096) from the ~10,000-node tree (the tree is refilled between runs, untimed).
+* evict(4,096) from the ~10,000-node tree (the tree is refilled between runs, untimed),
+* "deep trunk" (issue 16): 5,000 inserts of prompts that share a 2,048-token trunk up to a random
+  length, each with a random suffix (~1,900 branch points along the trunk), then match + insert of
+  4,096-token requests (the whole trunk + new tokens). ``--baseline DIR`` also times another
+  ``RadixCache`` (``DIR/cache_old.py``, e.g. the previous version from git) in the same run.
 
 Token ids are fresh int objects (as from a tokenizer), slots come from a real
 ``TokenToKVPoolAllocator`` (evict's single ``allocator.free`` call is part of its time).
 
 Usage:
     python benchmarks/bench_radix.py [--nodes 10000] [--seq-len 4096] [--iters 400] [--seed 0]
-        [--out benchmarks/results/radix.md]
+        [--out benchmarks/results/radix.md] [--deep-inserts 5000] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -173,6 +177,59 @@ def run_micro(args: argparse.Namespace) -> tuple[list[dict], dict]:
     return rows, info
 
 
+def run_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple[dict, dict]:
+    """Deep-trunk case: many branch points on one path. Returns the timing row and tree info."""
+    rng = random.Random(args.seed)
+    L, trunk_len = args.seq_len, args.seq_len // 2
+    alloc = TokenToKVPoolAllocator(args.deep_inserts * 300 + trunk_len + 2 * args.iters * L)
+    cache = cache_cls(alloc)
+    trunk = [rng.randrange(VOCAB) for _ in range(trunk_len)]
+    t0 = time.perf_counter()
+    for _ in range(args.deep_inserts):
+        seq = trunk[: rng.randint(1, trunk_len)] + [rng.randrange(VOCAB) for _ in range(rng.randint(16, 256))]
+        prefix = cache.match_prefix(fresh(seq)).indices
+        kv = torch.cat([prefix, alloc.alloc(len(seq) - prefix.numel())])
+        assert cache.insert(fresh(seq), kv) == prefix.numel()
+    info = {"nodes": cache.num_nodes(), "tokens": cache.total_size(), "build_s": time.perf_counter() - t0}
+    gc.collect()
+    gc.freeze()
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(args.iters):
+        query = fresh(trunk + [rng.randrange(VOCAB) for _ in range(L - trunk_len)])
+        kv = alloc.alloc(L)
+        t = clock()
+        m = cache.match_prefix(query).indices.numel()
+        n = cache.insert(query, kv)
+        samples.append(clock() - t)
+        assert m == n
+        alloc.free(kv[:n])
+    gc.unfreeze()
+    errors = cache.check_integrity()
+    if errors:
+        raise SystemExit(f"integrity check failed after the deep-trunk run: {errors}")
+    name = f"deep trunk: match + insert, {L} tokens, {trunk_len}-token trunk, {args.deep_inserts} inserts"
+    return _stats(name, samples), info
+
+
+def format_deep(rows: list[tuple[str, dict, dict]], args: argparse.Namespace) -> str:
+    lines = [
+        "## Deep trunk (issue 16)",
+        "",
+        f"Command: `python benchmarks/bench_radix.py --seq-len {args.seq_len} --iters {args.iters}"
+        f" --seed {args.seed} --deep-inserts {args.deep_inserts}"
+        + (f" --baseline {args.baseline}`" if args.baseline else "`"),
+        "",
+        "| implementation | tree nodes | median (us) | p90 (us) | runs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, r, info in rows:
+        lines.append(f"| {label} | {info['nodes']} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {r['n']} |")
+    if len(rows) == 2:
+        lines += ["", f"Speedup (median): {rows[1][1]['median_us'] / rows[0][1]['median_us']:.1f}x"]
+    return "\n".join(lines) + "\n"
+
+
 def format_micro(rows: list[dict], info: dict, args: argparse.Namespace) -> str:
     lines = [
         "## Prefix cache microbenchmark",
@@ -205,9 +262,21 @@ def main(argv: list[str] | None = None) -> None:
                     help="free slots left in the pool when evict runs (its free() copies them)")
     ap.add_argument("--out", default=None, help="also write the markdown report to this file")
     ap.add_argument("--skip-workload", action="store_true", help="only the microbenchmark")
+    ap.add_argument("--deep-inserts", type=int, default=5000, help="inserts of the deep-trunk tree")
+    ap.add_argument("--baseline", default=None,
+                    help="directory with cache_old.py: also time its RadixCache on the deep trunk")
+    ap.add_argument("--deep-only", action="store_true", help="only the deep-trunk case")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    report = format_micro(*run_micro(args), args)
+    deep = [("this version", *run_deep_trunk(RadixCache, args))]
+    if args.baseline:
+        sys.path.insert(0, args.baseline)
+        from cache_old import RadixCache as OldRadixCache
+
+        deep.append((f"baseline ({args.baseline}/cache_old.py)", *run_deep_trunk(OldRadixCache, args)))
+    report = format_deep(deep, args)
+    if not args.deep_only:
+        report = format_micro(*run_micro(args), args) + "\n" + report
     if not args.skip_workload:  # issue 3, benchmark part 2: the engine on the CPU tiny model
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from bench_radix_workload import workload_report

@@ -9,12 +9,15 @@ slots of its longest cached prefix and inserts its prompt+output when it finishe
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 import torch
 
 from radixlm.radix.base import MatchResult, PrefixCache
-from radixlm.radix.node import TreeNode, prefix_len
+import numpy as np
+
+from radixlm.radix.node import Chain, TreeNode, common_len, pack
 
 if TYPE_CHECKING:
     from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
@@ -56,7 +59,7 @@ class RadixCache(PrefixCache):
             if slots:
                 self.allocator.free(torch.cat(slots))
         self._clock = 0
-        self._root = TreeNode([], self._empty, None)
+        self._root = TreeNode(Chain(0, _EMPTY_IDS, self._empty), 0, 0, None)
         self._root.lock_ref = 1  # NOTE: the root is never evictable
         self._evictable = 0
         self._protected = 0
@@ -100,14 +103,14 @@ class RadixCache(PrefixCache):
             node.parent is not None
             and not node.children
             and node.lock_ref == 0
-            and node.last_access_time == t
+            and node.t == t
         )
 
     def _lru_push(self, node: TreeNode) -> None:
         """Record ``node``'s current access time if it is an evictable leaf."""
         if node.children or node.lock_ref or node.parent is None:
             return
-        heapq.heappush(self._lru, (node.last_access_time, node))
+        heapq.heappush(self._lru, (node.t, node))  # NOTE: a leaf's access time is its own t
         if len(self._lru) > 2 * self._num_nodes + 64:
             live = {n.id: (t, n) for t, n in self._lru if self._lru_valid(t, n)}
             self._lru = list(live.values())
@@ -117,35 +120,11 @@ class RadixCache(PrefixCache):
 
     def match_prefix(self, token_ids: list[int]) -> MatchResult:
         ids = token_ids if type(token_ids) is list else list(token_ids)
-        page = self.page_size
-        n = len(ids) - len(ids) % page
-        now = self._tick()
-        node = self._root
-        node.last_access_time = now
-        values = []
-        i = 0
-        while i < n:
-            child = node.children.get(ids[i] if page == 1 else tuple(ids[i : i + page]))
-            if child is None:
-                break
-            key = child.key
-            k = len(key) if ids[i : i + len(key)] == key else prefix_len(key, ids, i)
-            k = min(k, n - i)
-            if page > 1:
-                k -= k % page
-            if k < len(key):  # NOTE: k >= 1 page here: the child was found by its first page
-                child = self._split(child, k)
-                i = n  # the match ends inside this edge
-            else:
-                i += k
-            child.last_access_time = now
-            values.append(child.value)
-            node = child
+        _, node, _ = self._walk(ids, len(ids) - len(ids) % self.page_size, self._root)
+        node.t = self._tick()  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         if node.parent is not None and not node.children:
             self._lru_push(node)
-        if not values:
-            return MatchResult(self._empty, node)
-        return MatchResult(values[0].clone() if len(values) == 1 else torch.cat(values), node)
+        return MatchResult(self._path_slots(node), node)
 
     def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:
         ids = token_ids if type(token_ids) is list else list(token_ids)
@@ -154,68 +133,99 @@ class RadixCache(PrefixCache):
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
         return self._insert(ids if n == len(ids) else ids[:n], indices, self._root)[0]
 
+    def _walk(
+        self, ids: list[int], n: int, node: TreeNode
+    ) -> tuple[int, TreeNode, np.ndarray]:
+        """Follow ``ids[:n]`` (whole pages; ``ids[j]`` is the token at depth ``node.end + j``) down
+        from ``node``. Returns the matched length, the node where it ends (an edge the match ends
+        inside is split there) and ``ids`` packed as int64 (a prefix of at least the match).
+
+        NOTE: one step per chain, not per node: the rest of ``ids`` is compared with the child's
+        chain down to its last live node in one array operation, and the stop is located by
+        bisecting the chain's ends. ``ids`` is packed lazily, as far as compared.
+        """
+        page = self.page_size
+        off = node.end  # depth of ids[0]
+        i = 0
+        packed = _EMPTY_IDS
+        while i < n:
+            child = node.children.get(ids[i] if page == 1 else tuple(ids[i : i + page]))
+            if child is None:
+                break
+            chain, d = child.chain, i + off
+            ends = chain.ends
+            hi = min(n + off, ends[-1]) - off
+            if hi > len(packed):  # NOTE: pack only what gets compared (a memcpy to extend)
+                more = pack(ids[len(packed) : hi])
+                packed = np.concatenate((packed, more)) if len(packed) else more
+            m = common_len(packed, i, chain.tokens, d - chain.base, hi - i)
+            if page > 1:
+                m -= m % page
+            stop = d + m  # NOTE: > d: the child was found by its first page
+            j = bisect_right(ends, stop) - 1  # the deepest chain node ending by ``stop``
+            if j >= 0 and ends[j] > d:
+                node = chain.nodes[j]
+            if node.end < stop:  # the match ends inside the next chain node
+                node = self._split(chain.nodes[j + 1], stop - node.end)
+                return stop - off, node, packed
+            i = stop - off
+        return i, node, packed
+
     def _insert(
         self, ids: list[int], indices: torch.Tensor, node: TreeNode
     ) -> tuple[int, TreeNode]:
         """Insert ``ids`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
-        ``depth(node) + j`` and ``indices[j]`` its slot. Starting below a request's locked
+        ``node.end + j`` and ``indices[j]`` its slot. Starting below a request's locked
         ``last_node`` spares comparing the prefix it matched.
 
         Returns the length (relative to ``node``) that was already cached and the node where
         ``ids`` ends.
         """
-        page = self.page_size
         n = len(ids)
+        i, node, packed = self._walk(ids, n, node)
         now = self._tick()
-        up = node
-        while up is not None:  # NOTE: the whole path counts as accessed (parents >= children)
-            up.last_access_time = now
-            up = up.parent
-        i = 0
-        while i < n:
-            child = node.children.get(ids[i] if page == 1 else tuple(ids[i : i + page]))
-            if child is None:
-                return i, self._add_leaf(node, ids[i:], indices[i:n].clone(), now)
-            key = child.key
-            k = len(key) if ids[i : i + len(key)] == key else prefix_len(key, ids, i)
-            k = min(k, n - i)
-            if page > 1:
-                k -= k % page
-            if k < len(key):  # then the next lookup misses (or i == n)
-                child = self._split(child, k)
-            child.last_access_time = now
-            node = child
-            i += k
+        if i < n:
+            tokens = packed[i:n].copy() if len(packed) >= n else pack(ids[i:n])
+            return i, self._add_leaf(node, tokens, indices[i:n].clone(), now)
+        node.t = now  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         self._lru_push(node)
         return n, node
 
     def _start_of(self, req: Req) -> tuple[TreeNode, int]:
         """Where inserting ``req``'s tokens may start: its locked node, if consistent."""
         node, p = req.last_node, req.prefix_indices.numel()
-        if node is None or node is self._root or p == 0 or p > req.kv_len:
+        if node is None or node is self._root or p == 0 or p > req.kv_len or node.parent is None:
             return self._root, 0
-        depth, up = 0, node
-        while up is not None:
-            depth += len(up.key)
-            up = up.parent
-        return (node, p) if depth == p else (self._root, 0)
+        return (node, p) if node.end == p else (self._root, 0)
 
-    @staticmethod
-    def _path_values(node: TreeNode) -> list[torch.Tensor]:
-        values = []
+    def _path_slots(self, node: TreeNode) -> torch.Tensor:
+        """int64 slots of the path root -> ``node`` (a new tensor): one slice per chain."""
+        parts = []
         while node.parent is not None:
-            values.append(node.value)
-            node = node.parent
-        values.reverse()
-        return values
+            chain = node.chain
+            parts.append(chain.slots[: node.end - chain.base])
+            node = chain.nodes[0].parent  # NOTE: the chain's first node starts at chain.base
+        if not parts:
+            return self._empty
+        if len(parts) == 1:
+            return parts[0].clone()
+        parts.reverse()
+        return torch.cat(parts)
+
+    def _key_at(self, chain: Chain, depth: int):
+        """The children-dict key of the edge of ``chain`` starting at ``depth``."""
+        p, tokens = depth - chain.base, chain.tokens
+        return int(tokens[p]) if self.page_size == 1 else tuple(tokens[p : p + self.page_size].tolist())
 
     def _add_leaf(
-        self, parent: TreeNode, key: list[int], value: torch.Tensor, now: int
+        self, parent: TreeNode, tokens: np.ndarray, value: torch.Tensor, now: int
     ) -> TreeNode:
-        leaf = TreeNode(key, value, parent, now)
-        parent.children[self._child_key(key, 0)] = leaf
+        chain = Chain(parent.end, tokens, value)
+        leaf = TreeNode(chain, parent.end, parent.end + len(tokens), parent, now)
+        chain.add(leaf)
+        parent.children[self._key_at(chain, parent.end)] = leaf
         self._num_nodes += 1
-        self._evictable += len(key)
+        self._evictable += len(tokens)
         self._lru_push(leaf)
         return leaf
 
@@ -223,16 +233,17 @@ class RadixCache(PrefixCache):
         """Cut ``child``'s edge after ``k`` tokens; returns the new upper node.
 
         NOTE: ``child`` keeps the lower part, so a node held as some request's ``last_node`` still
-        ends at the same token position and its lock path is unchanged.
+        ends at the same token position and its lock path is unchanged. The upper node's access
+        time is its subtree's (``t = 0``), as it was ``child``'s.
         """
-        parent = child.parent
-        upper = TreeNode(child.key[:k], child.value[:k], parent, child.last_access_time)
+        parent, chain = child.parent, child.chain
+        upper = TreeNode(chain, child.start, child.start + k, parent)
         upper.lock_ref = child.lock_ref
-        child.key = child.key[k:]
-        child.value = child.value[k:]
+        child.start += k
         child.parent = upper
-        upper.children[self._child_key(child.key, 0)] = child
-        parent.children[self._child_key(upper.key, 0)] = upper
+        upper.children[self._key_at(chain, child.start)] = child
+        parent.children[self._key_at(chain, upper.start)] = upper
+        chain.add(upper)
         self._num_nodes += 1
         return upper
 
@@ -242,7 +253,7 @@ class RadixCache(PrefixCache):
         moved = 0
         while node is not self._root:
             if node.lock_ref == 0:
-                moved += len(node.key)
+                moved += node.end - node.start
             node.lock_ref += 1
             node = node.parent
         self._evictable -= moved
@@ -256,7 +267,7 @@ class RadixCache(PrefixCache):
                 raise RuntimeError(f"dec_lock_ref on unlocked {node!r}")
             node.lock_ref -= 1
             if node.lock_ref == 0:
-                moved += len(node.key)
+                moved += node.end - node.start
                 if not node.children:
                     self._lru_push(node)
             node = node.parent
@@ -277,13 +288,16 @@ class RadixCache(PrefixCache):
             if not valid(t, node):
                 continue
             parent = node.parent
-            del parent.children[self._child_key(node.key, 0)]
+            del parent.children[self._key_at(node.chain, node.start)]
+            slots.append(node.value)
+            node.chain.drop_tail(node)
             node.parent = None
             self._num_nodes -= 1
-            slots.append(node.value)
-            freed += len(node.key)
+            freed += node.end - node.start
+            if parent.t < node.t:  # NOTE: keeps the parent's (subtree) access time
+                parent.t = node.t
             if parent is not root and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access_time, parent))
+                heapq.heappush(heap, (parent.t, parent))
         self._evictable -= freed
         if self.allocator is not None and slots:
             self.allocator.free(torch.cat(slots))  # NOTE: one free call: it copies the free list
@@ -313,8 +327,7 @@ class RadixCache(PrefixCache):
     def cache_unfinished_req(self, req: Req) -> None:
         kv, aligned, n, new_node = self._insert_req(req)
         p = req.prefix_indices.numel()
-        values = self._path_values(new_node)
-        new_indices = torch.cat(values) if values else self._empty
+        new_indices = self._path_slots(new_node)
         if n > p:
             self._free(kv[p:n])
             self.req_to_token_pool.write(req.req_pool_idx, p, new_indices[p:n])
@@ -348,6 +361,9 @@ class RadixCache(PrefixCache):
         from radixlm.radix.integrity import check_tree
 
         return check_tree(self, held)
+
+
+_EMPTY_IDS = np.empty(0, dtype=np.int64)
 
 
 def _token_range(req: Req, start: int, end: int) -> list[int]:

@@ -41,6 +41,7 @@ def check_tree(cache: RadixCache, held: torch.Tensor | None = None) -> list[str]
             errors.append(f"node {node.id}: edge length {n} is not a positive multiple of {page}")
         if node.value.numel() != n:
             errors.append(f"node {node.id}: {node.value.numel()} slots for {n} tokens")
+        errors += _chain_errors(node)
         if node.lock_ref < child_locks:
             errors.append(f"node {node.id}: lock_ref {node.lock_ref} < children's {child_locks}")
         if node.lock_ref > 0:
@@ -61,6 +62,22 @@ def check_tree(cache: RadixCache, held: torch.Tensor | None = None) -> list[str]
     if cache.allocator is not None:
         cached = torch.cat(slots) if slots else torch.empty(0, dtype=torch.int64)
         errors += check_pool(cache.allocator, cached, evictable, protected, held)
+    return errors
+
+
+def _chain_errors(node) -> list[str]:
+    """A node is registered in its chain, and the chain's nodes are a parent -> child path."""
+    chain = node.chain
+    if node not in chain.nodes:
+        return [f"node {node.id}: missing from its chain"]
+    i = chain.nodes.index(node)
+    errors = []
+    if chain.ends[i] != node.end or node.end - chain.base > len(chain.tokens):
+        errors.append(f"node {node.id}: chain ends {chain.ends[i]} / tokens disagree with {node.end}")
+    if i == 0 and node.start != chain.base:
+        errors.append(f"node {node.id}: first of its chain but starts at {node.start}, not {chain.base}")
+    if i > 0 and (chain.nodes[i - 1] is not node.parent or node.parent.end != node.start):
+        errors.append(f"node {node.id}: the previous node of its chain is not its parent")
     return errors
 
 

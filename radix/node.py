@@ -1,81 +1,137 @@
-"""Radix-tree node and the prefix-length routine used by :class:`radixlm.radix.cache.RadixCache`."""
+"""Radix-tree nodes, the token/slot chains they slice, and a fast common-prefix routine.
+
+Used by :class:`radixlm.radix.cache.RadixCache`. A node does not own a copy of its tokens and slots:
+it is the depth range ``[start, end)`` of a :class:`Chain`, the tokens and slots of one insert (from
+the depth where it branched off down to its end). Splitting a node cuts the range in two; the nodes
+of one chain always form a parent -> child path, so a match can compare a whole run of nodes at
+once (one list comparison) and then find where it stopped with one bisection over the chain's node
+ends, instead of visiting every node (a shared trunk cut at thousands of branch points).
+"""
 
 from __future__ import annotations
 
 import itertools
+import struct
+from bisect import bisect_left
 
+import numpy as np
 import torch
 
 _node_ids = itertools.count()
+
+
+class Chain:
+    """Tokens and KV slots of one insert, and the live nodes that slice them.
+
+    Attributes:
+        base: tree depth of ``tokens[0]``.
+        tokens: int64 ``np.ndarray`` token ids of depths ``base ..`` (compared in bulk).
+        slots: int64 ``[len(tokens)]`` their KV slots (owned by the nodes that cover them).
+        nodes: the live nodes of this chain, parent before child (a path); ``ends`` their ``end``.
+    """
+
+    __slots__ = ("base", "tokens", "slots", "nodes", "ends")
+
+    def __init__(self, base: int, tokens: np.ndarray, slots: torch.Tensor) -> None:
+        self.base, self.tokens, self.slots = base, tokens, slots
+        self.nodes: list[TreeNode] = []
+        self.ends: list[int] = []
+
+    def add(self, node: TreeNode) -> None:
+        """Register ``node`` (its ``end`` is not yet in ``ends``), keeping depth order."""
+        i = bisect_left(self.ends, node.end)
+        self.ends.insert(i, node.end)
+        self.nodes.insert(i, node)
+
+    def drop_tail(self, node: TreeNode) -> None:
+        """Forget the last node (an evicted leaf); shrink the arrays when mostly dead."""
+        assert self.nodes[-1] is node, "only a chain's last node can be a leaf"
+        self.nodes.pop()
+        self.ends.pop()
+        live = (self.ends[-1] if self.ends else self.base) - self.base
+        if 2 * live < len(self.tokens):  # NOTE: keep memory ~ live tokens; nodes hold no copies
+            self.tokens = self.tokens[:live].copy()
+            self.slots = self.slots[:live].clone()
 
 
 class TreeNode:
     """One edge of the radix tree (the tokens it adds below its parent) and their KV slots.
 
     Attributes:
-        key: token ids of this edge (``len(key) == value.numel()``; a multiple of the page size).
-        value: int64 ``[len(key)]`` KV slots owned by the cache.
+        chain, start, end: the edge is depths ``[start, end)`` of ``chain``; ``end`` is the depth of
+            the node (tokens from the root to its end).
         children: child nodes keyed by their first token (``page_size == 1``) or first page tuple.
         parent: parent node (``None`` for the root).
         lock_ref: number of locks on this node (a lock on a node also counts on every ancestor).
-        last_access_time: logical clock of the last match/insert through this node (LRU order).
+        t: logical time of the last match/insert that *ended* at this node, or of an evicted child
+            (see :attr:`last_access_time`).
     """
 
-    __slots__ = ("key", "value", "children", "parent", "lock_ref", "last_access_time", "id")
+    __slots__ = ("chain", "start", "end", "children", "parent", "lock_ref", "t", "id")
 
-    def __init__(
-        self,
-        key: list[int],
-        value: torch.Tensor,
-        parent: TreeNode | None,
-        last_access_time: int = 0,
-    ) -> None:
-        self.key = key
-        self.value = value
+    def __init__(self, chain: Chain, start: int, end: int, parent: TreeNode | None, t: int = 0):
+        self.chain, self.start, self.end = chain, start, end
         self.children: dict = {}
         self.parent = parent
         self.lock_ref = 0
-        self.last_access_time = last_access_time
+        self.t = t
         self.id = next(_node_ids)
+
+    @property
+    def key(self) -> list[int]:
+        """Token ids of this edge (a copy; ``len == end - start``, a multiple of the page size)."""
+        b = self.chain.base
+        return self.chain.tokens[self.start - b : self.end - b].tolist()
+
+    @property
+    def value(self) -> torch.Tensor:
+        """int64 ``[end - start]`` KV slots of this edge (a read-only view), owned by the cache."""
+        b = self.chain.base
+        return self.chain.slots[self.start - b : self.end - b]
+
+    @property
+    def last_access_time(self) -> int:
+        """Logical clock of the last match/insert through this node (LRU order).
+
+        NOTE: a match or insert stamps only the node where it ends (``t``); every node on the path
+        counts as accessed, so a node's time is the max of ``t`` over its subtree (an evicted leaf
+        folds its ``t`` into its parent's). For a leaf that is ``t`` itself: O(1) where eviction
+        needs it; inner nodes cost a walk of their subtree (diagnostics and tests only).
+        """
+        best, stack = self.t, list(self.children.values())
+        while stack:
+            node = stack.pop()
+            best = max(best, node.t)
+            stack.extend(node.children.values())
+        return best
 
     def __lt__(self, other: TreeNode) -> bool:  # heap tie-break
         return self.id < other.id
 
     def __repr__(self) -> str:
         return (
-            f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, "
-            f"t={self.last_access_time}, children={len(self.children)})"
+            f"TreeNode(id={self.id}, depth={self.start}..{self.end}, lock_ref={self.lock_ref}, "
+            f"t={self.t}, children={len(self.children)})"
         )
 
     def path_token_ids(self) -> list[int]:
         """Token ids from the root down to the end of this node."""
         parts = []
         node: TreeNode | None = self
-        while node is not None:
-            parts.append(node.key)
-            node = node.parent
+        while node is not None and node.parent is not None:
+            chain = node.chain
+            parts.append(chain.tokens[: node.end - chain.base].tolist())
+            node = chain.nodes[0].parent  # NOTE: the chain's first node starts at chain.base
         return [t for part in reversed(parts) for t in part]
 
 
-def prefix_len(key: list[int], ids: list[int], start: int) -> int:
-    """Length of the common prefix of ``key`` and ``ids[start:]``.
+def pack(ids: list[int]) -> np.ndarray:
+    """``ids`` as an int64 array (~4 ns a token: one ``struct.pack``)."""
+    return np.frombuffer(struct.pack(f"{len(ids)}q", *ids), dtype=np.int64)
 
-    The whole-edge case is one C-level list comparison; a mismatch is located by bisection over
-    slice comparisons, so the cost stays ~linear in C and logarithmic in Python steps.
-    """
-    n = len(key)
-    if ids[start : start + n] == key:
-        return n
-    m = min(n, len(ids) - start)
-    if m < n and ids[start : start + m] == key[:m]:
-        return m
-    lo, hi = 0, m  # key[:lo] matches; the first mismatch lies in [lo, hi)
-    while hi - lo > 8:
-        mid = (lo + hi) // 2
-        if key[lo:mid] == ids[start + lo : start + mid]:
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and key[lo] == ids[start + lo]:
-        lo += 1
-    return lo
+
+def common_len(a: np.ndarray, i: int, b: np.ndarray, j: int, m: int) -> int:
+    """Length of the common prefix of ``a[i:i+m]`` and ``b[j:j+m]`` (both at least ``m`` long)."""
+    ne = a[i : i + m] != b[j : j + m]
+    k = int(ne.argmax())
+    return k if ne[k] else m

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from radixlm.radix.base import MatchResult, PrefixCache
 from radixlm.radix.integrity import check_pool
-from radixlm.radix.node import TreeNode
+from radixlm.radix.node import Chain, TreeNode
 
 if TYPE_CHECKING:
     from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
@@ -34,7 +35,7 @@ class NoOpPrefixCache(PrefixCache):
         self.page_size = page_size
         device = token_to_kv_allocator.device if token_to_kv_allocator else torch.device("cpu")
         self._empty = torch.empty(0, dtype=torch.int64, device=device)
-        self._root = TreeNode([], self._empty, None)
+        self._root = TreeNode(Chain(0, np.empty(0, dtype=np.int64), self._empty), 0, 0, None)
         self._root.lock_ref = 1
 
     @property
