@@ -15,7 +15,7 @@ from typing import Iterator
 from radixlm.grammar.errors import GrammarError
 
 # NOTE: below the 5 s that counts as a failed compile; RADIXLM_GRAMMAR_BUDGET_S overrides it.
-DEFAULT_SECONDS = float(os.environ.get("RADIXLM_GRAMMAR_BUDGET_S", "4.0"))
+DEFAULT_SECONDS = float(os.environ.get("RADIXLM_GRAMMAR_BUDGET_S", "3.0"))
 _deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar("grammar_deadline", default=None)
 
 
