@@ -6,6 +6,7 @@ with an access tick and a lock count; the tree must agree with it after every st
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -214,6 +215,26 @@ class PagedRadixMachine(RadixMachine):
     max_len = 16
 
 
+class DeepTrunkMachine(RadixMachine):
+    """Most sequences are a prefix of one long trunk plus a short suffix: many branch points on one
+    path (the chain walk, splits inside long chains, evictions of chain tails)."""
+
+    max_len = 48
+    trunk = [(7 * i * i + 3 * i) % 3 for i in range(44)]
+
+    def draw_seq(self, data) -> list[int]:
+        if data.draw(st.integers(0, 3)) == 0:
+            return super().draw_seq(data)
+        cut = data.draw(st.integers(0, len(self.trunk)))
+        seq = self.trunk[:cut] + data.draw(st.lists(st.integers(0, 2), max_size=4))
+        self.seen.append(seq)
+        return seq
+
+
+class PagedDeepTrunkMachine(DeepTrunkMachine):
+    page = 4
+
+
 _settings = settings(
     max_examples=60,
     stateful_step_count=40,
@@ -224,6 +245,10 @@ TestRadixMachine = RadixMachine.TestCase
 TestRadixMachine.settings = _settings
 TestPagedRadixMachine = PagedRadixMachine.TestCase
 TestPagedRadixMachine.settings = _settings
+TestDeepTrunkMachine = DeepTrunkMachine.TestCase
+TestDeepTrunkMachine.settings = _settings
+TestPagedDeepTrunkMachine = PagedDeepTrunkMachine.TestCase
+TestPagedDeepTrunkMachine.settings = _settings
 
 
 # ---- unit tests: match / insert edge cases ---------------------------------------------------
@@ -288,6 +313,52 @@ def test_evict_lru_order_and_cascade() -> None:
     assert leaf_paths(cache) == {(5, 6)}
     assert cache.evict(10) == 2 and cache.total_size() == 0
     assert alloc.available_size() == 64 and cache.check_integrity() == []
+
+
+@pytest.mark.parametrize("page", [1, 4])
+def test_deep_trunk_matches_and_evicts_in_lru_order(page: int) -> None:
+    """A trunk cut at every page by branches inserted in random order: every match returns the
+    trunk's own slots, the trunk is one walk, and eviction follows the last accesses exactly."""
+    rng = random.Random(page)
+    trunk = [rng.randrange(100, 1000) for _ in range(96 * page)]
+    alloc = TokenToKVPoolAllocator(4096)
+    cache = RadixCache(alloc, page_size=page)
+    cuts = list(range(page, len(trunk) + 1, page))
+    rng.shuffle(cuts)
+    done: list[int] = []
+    slots: list[int] = []  # slots of the trunk's cached tokens
+    for cut in cuts:
+        seq = trunk[:cut] + [1000 + cut] * page
+        res = cache.match_prefix(seq)
+        k = max((min(c, cut) for c in done), default=0)
+        assert res.indices.tolist() == slots[:k] and res.last_node.path_token_ids() == seq[:k]
+        kv = torch.cat([res.indices, alloc.alloc(len(seq) - k)])
+        assert cache.insert(seq, kv) == k
+        slots += kv[len(slots) : cut].tolist()
+        done.append(cut)
+        assert cache.check_integrity() == []
+    # root + a branch point at every trunk page but the last (it ends inside its branch's edge)
+    # + one leaf per branch
+    assert cache.num_nodes() == 1 + (len(cuts) - 1) + len(cuts)
+    res = cache.match_prefix(trunk + [5] * page)
+    assert res.indices.tolist() == slots and res.last_node.path_token_ids() == trunk
+    for cut in rng.sample(cuts, 20):  # refresh some branches; the order of access is the LRU order
+        cache.match_prefix(trunk[:cut] + [1000 + cut] * page)
+        done.remove(cut)
+        done.append(cut)
+    cache.inc_lock_ref(res.last_node)  # the whole trunk is protected
+    assert cache.protected_size() == len(trunk)
+    for cut in done:
+        before = leaf_paths(cache)
+        assert cache.evict(1) == page
+        assert before - leaf_paths(cache) == {tuple(trunk[:cut] + [1000 + cut] * page)}
+    assert cache.evict(1) == 0 and cache.evictable_size() == 0
+    cache.dec_lock_ref(res.last_node)
+    assert cache.evict(page) == page  # the trunk's deepest page: its ancestors are all newer
+    assert leaf_paths(cache) == {tuple(trunk[:-page])}
+    assert cache.check_integrity() == []
+    cache.reset()
+    assert alloc.available_size() == 4096
 
 
 def test_check_integrity_reports_leaks_and_double_ownership() -> None:
