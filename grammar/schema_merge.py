@@ -24,6 +24,7 @@ ANNOTATIONS = frozenset({
 _MIN = ("minimum", "minLength", "minItems", "minProperties", "exclusiveMinimum")
 _MAX = ("maximum", "maxLength", "maxItems", "maxProperties", "exclusiveMaximum")
 NUMERIC_TYPES = {"integer", "number"}
+_DEFERRED = ("if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas")
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 
 
@@ -73,6 +74,14 @@ def merge(a: Schema, b: Schema) -> Schema:
         return b
     if b is True or b == {}:
         return a
+    if any(k in a and k in b for k in _DEFERRED):
+        # NOTE: two conditionals (or dependency maps) at one level: keep b's as a nested allOf
+        b = dict(b)
+        moved = {k: b.pop(k) for k in _DEFERRED if k in b}
+        b["allOf"] = list(b.get("allOf", [])) + [moved]
+    if isinstance(a.get("$ref"), str) and isinstance(b.get("$ref"), str) and a["$ref"] != b["$ref"]:
+        b = dict(b)
+        b["allOf"] = list(b.get("allOf", [])) + [{"$ref": b.pop("$ref")}]
     out = dict(a)
     for key, vb in b.items():
         if key in ANNOTATIONS or key not in out:

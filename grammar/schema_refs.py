@@ -23,6 +23,7 @@ from radixlm.grammar.errors import GrammarError
 ROOT_URI = "urn:radixlm:root"
 # Keywords whose values are data, not schemas: never look for "$ref" / "$id" inside them.
 _DATA = frozenset({"enum", "const", "default", "examples", "example", "x-examples"})
+_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies"})
 
 
 def _escape(part: str) -> str:
@@ -102,7 +103,9 @@ def canonical_refs(root: Any) -> Any:
             base = urljoin(base, ident.split("#")[0]) if not ident.startswith("#") else base
         out: dict = {}
         for k, v in node.items():
-            if k == "$ref" and isinstance(v, str):
+            if k in _MAPS and isinstance(v, dict):  # names -> schemas: a name is not a keyword
+                out[k] = {name: walk(sub, base) for name, sub in v.items()}
+            elif k == "$ref" and isinstance(v, str):
                 got = target(v, base)
                 if isinstance(got, bool):
                     out[k] = "x-bool:" + ("true" if got else "false")
@@ -126,8 +129,7 @@ def _index(node: Any, pointer: str, where: dict[int, str]) -> None:
             return
         where[id(node)] = pointer
         for k, v in node.items():
-            if k not in _DATA:
-                _index(v, pointer + "/" + _escape(str(k)), where)
+            _index(v, pointer + "/" + _escape(str(k)), where)
     elif isinstance(node, list):
         if id(node) in where:
             return
