@@ -1,11 +1,12 @@
 """A small regex parser (Python / ECMA-262 subset) producing an AST over Unicode code points.
 
 Supported: literals and escapes (``\\n \\t \\xhh \\uhhhh \\u{h..} \\/``), classes with ranges and
-negation, ``. \\d \\D \\w \\W \\s \\S``, groups ``( ) (?: ) (?P<n> ) (?<n> )``, alternation,
+negation, ``. \\d \\D \\w \\W \\s \\S``, Unicode general categories (``\\p{L} \\P{Nd}
+\\p{Letter}``), groups ``( ) (?: ) (?P<n> ) (?<n> )``, alternation,
 ``* + ? {n} {n,} {n,m} {,m}`` (lazy ``?`` suffixes are accepted and ignored: a constraint is about
 the language, not the match), a leading ``(?i)`` / ``(?s)``, and ``^`` / ``$`` at the ends of the
 pattern or of its top-level alternatives. Anything else (lookaround, backreferences, ``\\b``,
-``\\p{..}``, possessive quantifiers) raises :class:`GrammarError` naming it.
+possessive quantifiers) raises :class:`GrammarError` naming it.
 
 AST nodes are tuples: ``("set", ranges)`` with ranges a sorted tuple of disjoint inclusive
 ``(lo, hi)`` code-point pairs, ``("cat", items)``, ``("alt", items)``, ``("rep", node, min, max)``
@@ -14,6 +15,8 @@ AST nodes are tuples: ``("set", ranges)`` with ranges a sorted tuple of disjoint
 
 from __future__ import annotations
 
+import unicodedata
+from functools import lru_cache
 from typing import Any
 
 from radixlm.grammar.errors import GrammarError
@@ -61,6 +64,35 @@ def casefold(ranges: Ranges) -> Ranges:
                 if len(o) == 1 and o != ch:
                     extra.append((ord(o), ord(o)))
     return normalize(list(ranges) + extra)
+
+
+_LONG_NAMES = {
+    "Letter": "L", "Lowercase_Letter": "Ll", "Uppercase_Letter": "Lu", "Titlecase_Letter": "Lt",
+    "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Mark": "M", "Number": "N", "Decimal_Number": "Nd",
+    "Letter_Number": "Nl", "Other_Number": "No", "Punctuation": "P", "Symbol": "S", "Separator": "Z",
+    "Space_Separator": "Zs", "Other": "C", "Control": "Cc", "digit": "Nd", "Alphabetic": "L",
+}
+
+
+@lru_cache(maxsize=None)
+def unicode_category(name: str) -> Ranges | None:
+    """Code-point ranges of a Unicode general category (``L``, ``Lu``, ``Nd``, ``Letter``, ...;
+    also ``gc=`` / ``General_Category=`` forms); None for other properties (scripts, ...)."""
+    name = name.split("=", 1)[1] if name.split("=", 1)[0] in ("gc", "General_Category") and "=" in name else name
+    cat = _LONG_NAMES.get(name, name)
+    if not (1 <= len(cat) <= 2 and cat[0] in "LMNPSZC" and (len(cat) == 1 or cat[1].islower())):
+        return None
+    out: list[tuple[int, int]] = []
+    for cp in range(MAX_CP + 1):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        got = unicodedata.category(chr(cp))
+        if got == cat or (len(cat) == 1 and got[0] == cat):
+            if out and out[-1][1] == cp - 1:
+                out[-1] = (out[-1][0], cp)
+            else:
+                out.append((cp, cp))
+    return tuple(out) if out else None
 
 
 def lit(text: str) -> Node:
@@ -242,6 +274,16 @@ class _Parser:
             return self._hex(8)
         if c.isdigit():
             raise self.error("backreference / octal escape \\" + c)
+        if c in "pP" and self.peek() == "{":
+            j = self.s.find("}", self.i)
+            if j < 0:
+                raise GrammarError(f"invalid regex {self.s!r}: unterminated \\{c}{{")
+            name = self.s[self.i + 1 : j]
+            self.i = j + 1
+            ranges = unicode_category(name)
+            if ranges is None:
+                raise self.error(f"unicode property \\{c}{{{name}}}")
+            return negate(ranges) if c == "P" else ranges
         if c in "bBAzZGpPkN":
             raise self.error("escape \\" + c)
         if c.isalnum():

@@ -104,7 +104,7 @@ def test_utf8_ranges_exact() -> None:
 
 @pytest.mark.parametrize("pattern,feature", [
     (r"(?=a)b", "lookaround"), (r"(a)\1", "backreference"), (r"\bword", "escape \\b"),
-    (r"\p{L}", "escape \\p"), (r"a^b", "'^' or '$'"), (r"a++", "possessive"),
+    (r"\p{Script=Greek}", "unicode property"), (r"a^b", "'^' or '$'"), (r"a++", "possessive"),
 ])
 def test_unsupported_features_are_named(pattern: str, feature: str) -> None:
     with pytest.raises(GrammarError, match=re.escape(feature)):
@@ -124,3 +124,8 @@ def test_products() -> None:
     assert diff.matches("abcd") and not diff.matches("ab")
     one = exactly_one([regex_to_dfa("a+"), regex_to_dfa("aa|b")])
     assert [one.matches(s) for s in ["a", "aa", "aaa", "b", "c"]] == [True, False, True, True, False]
+
+
+def test_unicode_categories() -> None:
+    d = regex_to_dfa(r"\p{Lu}\p{Letter}*\P{N}")
+    assert [d.matches(x) for x in ["Ébc!", "abc!", "Éb1", "Zx", "Ωω."]] == [True, False, False, True, True]
