@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     report = format_deep(deep, args)
     if not args.deep_only:
         report = format_micro(*run_micro(args), args) + "\n" + report
-    if not args.skip_workload:  # issue 3, benchmark part 2: the engine on the CPU tiny model
+    if not (args.skip_workload or args.deep_only):  # issue 3, benchmark part 2: the engine on the CPU tiny model
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from bench_radix_workload import workload_report
 

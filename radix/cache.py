@@ -158,7 +158,7 @@ class RadixCache(PrefixCache):
             if hi > len(packed):  # NOTE: pack only what gets compared (a memcpy to extend)
                 more = pack(ids[len(packed) : hi])
                 packed = np.concatenate((packed, more)) if len(packed) else more
-            m = common_len(packed, i, chain.tokens, d - chain.base, hi - i)
+            m = common_len(packed, i, chain.array(), d - chain.base, hi - i)
             if page > 1:
                 m -= m % page
             stop = d + m  # NOTE: > d: the child was found by its first page
@@ -185,8 +185,7 @@ class RadixCache(PrefixCache):
         i, node, packed = self._walk(ids, n, node)
         now = self._tick()
         if i < n:
-            tokens = packed[i:n].copy() if len(packed) >= n else pack(ids[i:n])
-            return i, self._add_leaf(node, tokens, indices[i:n].clone(), now)
+            return i, self._add_leaf(node, ids[i:], indices[i:n].clone(), now)
         node.t = now  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         self._lru_push(node)
         return n, node
@@ -214,11 +213,11 @@ class RadixCache(PrefixCache):
 
     def _key_at(self, chain: Chain, depth: int):
         """The children-dict key of the edge of ``chain`` starting at ``depth``."""
-        p, tokens = depth - chain.base, chain.tokens
-        return int(tokens[p]) if self.page_size == 1 else tuple(tokens[p : p + self.page_size].tolist())
+        p = depth - chain.base
+        return int(chain.tokens[p]) if self.page_size == 1 else tuple(chain.ids(p, p + self.page_size))
 
     def _add_leaf(
-        self, parent: TreeNode, tokens: np.ndarray, value: torch.Tensor, now: int
+        self, parent: TreeNode, tokens: list[int], value: torch.Tensor, now: int
     ) -> TreeNode:
         chain = Chain(parent.end, tokens, value)
         leaf = TreeNode(chain, parent.end, parent.end + len(tokens), parent, now)

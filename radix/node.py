@@ -25,17 +25,29 @@ class Chain:
 
     Attributes:
         base: tree depth of ``tokens[0]``.
-        tokens: int64 ``np.ndarray`` token ids of depths ``base ..`` (compared in bulk).
+        tokens: token ids of depths ``base ..``: the inserted ``list[int]``, packed into an int64
+            ``np.ndarray`` the first time a match compares against it (:meth:`array`).
         slots: int64 ``[len(tokens)]`` their KV slots (owned by the nodes that cover them).
         nodes: the live nodes of this chain, parent before child (a path); ``ends`` their ``end``.
     """
 
     __slots__ = ("base", "tokens", "slots", "nodes", "ends")
 
-    def __init__(self, base: int, tokens: np.ndarray, slots: torch.Tensor) -> None:
+    def __init__(self, base: int, tokens: list[int] | np.ndarray, slots: torch.Tensor) -> None:
         self.base, self.tokens, self.slots = base, tokens, slots
         self.nodes: list[TreeNode] = []
         self.ends: list[int] = []
+
+    def array(self) -> np.ndarray:
+        """``tokens`` as int64 (packed once, on first use: inserts stay cheap)."""
+        if type(self.tokens) is list:
+            self.tokens = pack(self.tokens)
+        return self.tokens
+
+    def ids(self, a: int, b: int) -> list[int]:
+        """``tokens[a:b]`` as a list of ints."""
+        t = self.tokens[a:b]
+        return t if type(t) is list else t.tolist()
 
     def add(self, node: TreeNode) -> None:
         """Register ``node`` (its ``end`` is not yet in ``ends``), keeping depth order."""
@@ -50,7 +62,8 @@ class Chain:
         self.ends.pop()
         live = (self.ends[-1] if self.ends else self.base) - self.base
         if 2 * live < len(self.tokens):  # NOTE: keep memory ~ live tokens; nodes hold no copies
-            self.tokens = self.tokens[:live].copy()
+            t = self.tokens[:live]
+            self.tokens = t if type(t) is list else t.copy()
             self.slots = self.slots[:live].clone()
 
 
@@ -81,7 +94,7 @@ class TreeNode:
     def key(self) -> list[int]:
         """Token ids of this edge (a copy; ``len == end - start``, a multiple of the page size)."""
         b = self.chain.base
-        return self.chain.tokens[self.start - b : self.end - b].tolist()
+        return self.chain.ids(self.start - b, self.end - b)
 
     @property
     def value(self) -> torch.Tensor:
@@ -120,7 +133,7 @@ class TreeNode:
         node: TreeNode | None = self
         while node is not None and node.parent is not None:
             chain = node.chain
-            parts.append(chain.tokens[: node.end - chain.base].tolist())
+            parts.append(chain.ids(0, node.end - chain.base))
             node = chain.nodes[0].parent  # NOTE: the chain's first node starts at chain.base
         return [t for part in reversed(parts) for t in part]
 
