@@ -90,11 +90,11 @@ def _stats(name: str, samples_ns: list[int]) -> dict:
     }
 
 
-def run_micro(args: argparse.Namespace) -> tuple[list[dict], dict]:
+def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[list[dict], dict]:
     rng = random.Random(args.seed)
     pool = 2_000_000 + 3 * args.iters * args.seq_len
     alloc = TokenToKVPoolAllocator(pool)
-    cache = RadixCache(alloc)
+    cache = cache_cls(alloc)
     builder = TreeBuilder(cache, alloc, rng)
     t0 = time.perf_counter()
     nodes = builder.grow_to(args.nodes)
@@ -276,7 +276,11 @@ def main(argv: list[str] | None = None) -> None:
         deep.append((f"baseline ({args.baseline}/cache_old.py)", *run_deep_trunk(OldRadixCache, args)))
     report = format_deep(deep, args)
     if not args.deep_only:
-        report = format_micro(*run_micro(args), args) + "\n" + report
+        micro = format_micro(*run_micro(args), args)
+        if args.baseline:
+            old = format_micro(*run_micro(args, OldRadixCache), args)
+            micro += "\nBaseline (same run, " + args.baseline + "/cache_old.py):\n\n" + old.split("\n\n", 1)[1]
+        report = micro + "\n" + report
     if not (args.skip_workload or args.deep_only):  # issue 3, benchmark part 2: the engine on the CPU tiny model
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from bench_radix_workload import workload_report
