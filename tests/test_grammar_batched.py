@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import jsonschema
 import numpy as np
@@ -84,9 +85,13 @@ def _run(model_path: str, prompts: list[list[int]], direct: bool = False, **kw) 
             for i, (p, (_, c)) in enumerate(zip(prompts, CASES))]
     for r in reqs:
         sched.add_request(r)
-    steps = 0
+    steps, deadline = 0, time.monotonic() + 300
     while sched.has_work():
         sched.step()
+        if not sched.ran_batch:  # NOTE: grammars still compiling in the pool: wait, not spin
+            time.sleep(0.005)
+            assert time.monotonic() < deadline
+            continue
         steps += 1
         assert steps < 2_000
     sched.grammar.shutdown()
