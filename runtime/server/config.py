@@ -80,7 +80,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         tp = _base_type(f.type)
         if tp is bool:
-            parser.add_argument(flag, action="store_true", default=f.default, help=f"(default {f.default})")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f"(default {f.default})")
         else:
             parser.add_argument(flag, type=tp, default=f.default, help=f"(default {f.default})")
 
