@@ -119,8 +119,7 @@ def server_args(a: argparse.Namespace) -> list[str]:
         out += ["--max-total-tokens", str(a.max_total_tokens)]
     if a.context_length:
         out += ["--context-length", str(a.context_length)]
-    if a.overlap:
-        out += ["--enable-overlap-schedule"]
+    out += ["--enable-overlap-schedule" if a.overlap else "--no-enable-overlap-schedule"]
     return out + a.server_arg
 
 

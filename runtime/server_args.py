@@ -30,7 +30,8 @@ class ServerArgs:
         page_size: tokens per KV page in the prefix cache (1 = token granular).
         random_seed: seeds unseeded sampling.
         enable_overlap_schedule: launch decode step k+1 before processing step k's results
-            (hides host work behind the GPU; outputs unchanged).
+            (hides host work behind the GPU; outputs unchanged). ``None`` (default): on when the
+            device resolves to CUDA, off on CPU (no GPU to overlap with).
         disable_cuda_graph: run decode eagerly on CUDA (graphs are captured by default).
         cuda_graph_max_bs: largest decode batch replayed from a CUDA graph.
         enable_jump_forward: append the text a grammar forces without sampling it (default on;
@@ -62,7 +63,7 @@ class ServerArgs:
     grammar_compile_timeout_s: float = 30.0
     grammar_backend: str = "radixlm"
     log_level: str = "warning"
-    enable_overlap_schedule: bool = False
+    enable_overlap_schedule: bool | None = None
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int = 256
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
@@ -81,6 +82,8 @@ class ServerArgs:
             raise ValueError(f"grammar_backend must be radixlm, xgrammar or llguidance, got {self.grammar_backend!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.enable_overlap_schedule is None:
+            object.__setattr__(self, "enable_overlap_schedule", self.resolved_device().startswith("cuda"))
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "ServerArgs":

@@ -104,3 +104,12 @@ def test_oversized_prompt_is_rejected(tiny_llama):
         sched.add_request(make_req(sched, 0, SNIPPETS[10]))
     with pytest.raises(ValueError, match="empty"):
         sched.add_request(Req("e", [], SamplingParams()))
+
+
+def test_overlap_schedule_defaults_to_the_device():
+    from radixlm.runtime.server_args import ServerArgs
+
+    assert ServerArgs(device="cpu").enable_overlap_schedule is False
+    assert ServerArgs(device="cuda").enable_overlap_schedule is True
+    assert ServerArgs(device="cuda", enable_overlap_schedule=False).enable_overlap_schedule is False
+    assert ServerArgs(device="cpu", enable_overlap_schedule=True).enable_overlap_schedule is True

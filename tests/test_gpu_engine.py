@@ -40,8 +40,8 @@ def _outputs(path: str, force_torch: bool, **kw) -> list[list[int]]:
 
 
 def test_kernels_and_cuda_graphs_match_torch_reference(tiny_llama):
-    reference = _outputs(tiny_llama, force_torch=True, disable_cuda_graph=True)
-    fast = _outputs(tiny_llama, force_torch=False)
+    reference = _outputs(tiny_llama, force_torch=True, disable_cuda_graph=True, enable_overlap_schedule=False)
+    fast = _outputs(tiny_llama, force_torch=False)  # NOTE: overlap scheduling is the CUDA default
     assert fast == reference
 
 
@@ -52,5 +52,5 @@ def test_cuda_graph_padding_and_eager_fallback(tiny_llama):
 
 
 def test_overlap_schedule_matches_on_gpu(tiny_llama):
-    reference = _outputs(tiny_llama, force_torch=False)
-    assert _outputs(tiny_llama, force_torch=False, enable_overlap_schedule=True) == reference
+    reference = _outputs(tiny_llama, force_torch=False, enable_overlap_schedule=False)
+    assert _outputs(tiny_llama, force_torch=False) == reference  # the CUDA default: overlap on
