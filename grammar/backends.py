@@ -14,26 +14,30 @@ xgrammar. The peers are optional extras: ``pip install 'radixlm[xgrammar]'`` /
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
 
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.utf8 import decode_complete_prefix
 
 BACKENDS = ("radixlm", "xgrammar", "llguidance")
 
 
-class Backend:
+class Backend(ABC):
     """Compiles constraints and makes matchers (one instance per engine)."""
 
     name = "base"
     words: int  # int32 words per bitmask row
 
+    @abstractmethod
     def compile(self, kind: str, source: str) -> Any:
-        raise NotImplementedError
+        """Compile ``source`` of ``kind`` (regex / json_schema / ebnf); raises ``GrammarError``."""
 
+    @abstractmethod
     def matcher(self, compiled: Any) -> Any:
-        raise NotImplementedError
+        """A fresh per-sequence matcher over ``compiled``."""
 
     def fill_batch(self, matchers: list[Any], bitmask: torch.Tensor) -> None:
         """Row ``i`` of int32 ``bitmask [len(matchers), words]`` gets ``matchers[i]``'s mask."""
@@ -129,13 +133,7 @@ class LLGuidanceMatcher:
         self._m.reset()
 
     def find_jump_forward_string(self) -> str:
-        data = bytes(self._m.compute_ff_bytes())
-        while data:
-            try:
-                return data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                data = data[: e.start]
-        return ""
+        return decode_complete_prefix(bytes(self._m.compute_ff_bytes()))
 
 
 class LLGuidanceBackend(Backend):

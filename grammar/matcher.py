@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from radixlm.grammar.utf8 import decode_complete_prefix
+
 if TYPE_CHECKING:
     from radixlm.grammar.compiler import CompiledGrammar
 
@@ -151,13 +153,7 @@ class GrammarMatcher:
         cur = self._history[-1]
         if cur is _TERMINATED:
             return ""
-        data = self._engine.forced_bytes(cur)
-        while data:
-            try:
-                return data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                data = data[: e.start]
-        return ""
+        return decode_complete_prefix(self._engine.forced_bytes(cur))
 
 
 def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.Tensor) -> None:

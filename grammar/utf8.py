@@ -55,3 +55,14 @@ def utf8_sequences(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
         ea, eb = _encode(a), _encode(b)
         out.append(tuple(zip(ea, eb)))
     return tuple(out)
+
+
+def decode_complete_prefix(data: bytes) -> str:
+    """``data`` decoded as UTF-8 up to its last complete character (a trailing partial or invalid
+    sequence is dropped); used for jump-forward strings that end mid-character."""
+    while data:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            data = data[: e.start]
+    return ""

@@ -37,6 +37,18 @@ class DecodeHandle:
     host_ids: torch.Tensor
     event: object = None
 
+    @classmethod
+    def start(cls, next_ids: torch.Tensor) -> "DecodeHandle":
+        """Start the (non-blocking on CUDA) copy of ``next_ids`` to pinned host memory."""
+        cuda = next_ids.is_cuda
+        host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=cuda)
+        host.copy_(next_ids, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return cls(next_ids, host, event)
+
 
 class ModelRunner:
     """Loads ``model_path`` per ``args`` and runs forward passes over the KV pool.
@@ -174,15 +186,7 @@ class ModelRunner:
         asynchronously; :meth:`collect` waits for exactly this step.
         """
         logits, _ = self.forward_logits(batch, input_ids)
-        next_ids = sample(logits, batch.reqs, self.generator)
-        cuda = self.device.type == "cuda"
-        host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=cuda)
-        host.copy_(next_ids, non_blocking=cuda)
-        event = None
-        if cuda:
-            event = torch.cuda.Event()
-            event.record()
-        return DecodeHandle(next_ids, host, event)
+        return DecodeHandle.start(sample(logits, batch.reqs, self.generator))
 
     def collect(self, handle: DecodeHandle) -> list[StepOutput]:
         """Wait for a launched decode step and return its sampled tokens."""

@@ -93,15 +93,7 @@ class OverlapScheduler(Scheduler):
         """Mask (grammar rows), sample and start the host copy of ``batch``'s next ids."""
         if _has_grammar(batch):
             self.grammar.mask_logits(logits, batch, list(range(len(batch.slices))))
-        next_ids = sample(logits, batch.reqs, self.runner.generator)
-        cuda = next_ids.is_cuda
-        host = torch.empty(next_ids.shape, dtype=next_ids.dtype, pin_memory=cuda)
-        host.copy_(next_ids, non_blocking=cuda)
-        event = None
-        if cuda:
-            event = torch.cuda.Event()
-            event.record()
-        return DecodeHandle(next_ids, host, event)
+        return DecodeHandle.start(sample(logits, batch.reqs, self.runner.generator))
 
     def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
         """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
