@@ -22,6 +22,7 @@ class ReqSlice:
     sample: bool
     logprob_from: int = 0
     logprob_to: int = 0
+    slots: object = None  # int64 [length] KV slots allocated for this slice (prefill batches)
 
     @property
     def length(self) -> int:
@@ -44,7 +45,7 @@ class ScheduleBatch:
     mode: ForwardMode
     slices: list[ReqSlice]
     out_cache_loc: object = None
-    extra: dict = field(default_factory=dict)
+    drop: set[int] = field(default_factory=set)  # overlap: id()s of requests whose token is void
 
     @property
     def reqs(self) -> list[Req]:

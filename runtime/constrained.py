@@ -82,7 +82,7 @@ class GrammarBackend:
         if spec is None:
             return
         if self.tokenizer is None:
-            req.extra["grammar_error"] = "constrained decoding needs a tokenizer"
+            req.grammar_error = "constrained decoding needs a tokenizer"
             return
         fut = self._cache.get(spec)
         if fut is None or (fut.done() and fut.exception() is not None):
@@ -91,15 +91,15 @@ class GrammarBackend:
                 self._seq += 1
                 heapq.heappush(self._queued, (len(spec[1]), self._seq, spec, fut))
             self._pump()
-        req.extra["grammar_future"] = fut
+        req.grammar_future = fut
 
     def poll(self, req: Req) -> bool | str:
         """True when ``req`` may run (no grammar, or its matcher is ready), False while compiling,
         or an error message (compile error or timeout) when it must be aborted."""
-        if "grammar_error" in req.extra:
-            return req.extra["grammar_error"]
-        fut: Future | None = req.extra.get("grammar_future")
-        if fut is None or "grammar_matcher" in req.extra:
+        if req.grammar_error is not None:
+            return req.grammar_error
+        fut: Future | None = req.grammar_future
+        if fut is None or req.grammar_matcher is not None:
             return True
         if not fut.done():
             return False
@@ -112,7 +112,7 @@ class GrammarBackend:
         # NOTE: a retracted request re-enters with output already generated; replay it.
         for tok in req.output_ids:
             matcher.accept_token(tok)
-        req.extra["grammar_matcher"] = matcher
+        req.grammar_matcher = matcher
         return True
 
     def mask_logits(self, logits: torch.Tensor, batch: ScheduleBatch, sample_slices: Sequence[int]) -> None:
@@ -121,7 +121,7 @@ class GrammarBackend:
         rows: list[int] = []
         matchers = []
         for k, i in enumerate(sample_slices):
-            m = batch.slices[i].req.extra.get("grammar_matcher")
+            m = batch.slices[i].req.grammar_matcher
             if m is not None:
                 rows.append(k)
                 matchers.append(m)

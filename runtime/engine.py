@@ -88,7 +88,7 @@ class Engine:
                 logger.exception("scheduler step failed")
                 touched = self._abort_all(f"internal error: {type(e).__name__}: {e}")
             for req in touched:
-                req.extra["sink"](req)
+                req.sink(req)
             if not sched.ran_batch and not touched:
                 time.sleep(0.001)  # waiting only on grammar compiles
         self._abort_all("engine shut down")
@@ -100,11 +100,11 @@ class Engine:
                 self.scheduler.add_request(req)
             except Exception as e:
                 req.finish_reason = {"type": "abort", "message": str(e)}
-                req.extra["sink"](req)
+                req.sink(req)
         elif kind == "abort":
             req = self.scheduler.abort(payload)
             if req is not None:
-                req.extra["sink"](req)
+                req.sink(req)
         elif kind == "call":
             fn, box = payload
             try:
@@ -116,7 +116,7 @@ class Engine:
         out = self.scheduler.abort_all(message)
         if self._stopped.is_set():
             for req in out:
-                req.extra["sink"](req)
+                req.sink(req)
             return []
         return out
 
@@ -160,8 +160,8 @@ class Engine:
                 if sp.seed is not None:
                     from radixlm.runtime.sampler import make_generator
 
-                    r.extra["generator"] = make_generator(sp.seed + k, self.runner.device)
-                r.extra["t0"] = time.perf_counter()
+                    r.generator = make_generator(sp.seed + k, self.runner.device)
+                r.t0 = time.perf_counter()
                 group.append(r)
             groups.append(group)
         return single, groups
@@ -193,7 +193,7 @@ class Engine:
             return self._stream(reqs[0], return_text_in_logprobs)
         done: queue.Queue = queue.Queue()
         for r in reqs:
-            r.extra["sink"] = lambda req: done.put(req) if req.finished else None
+            r.sink = lambda req: done.put(req) if req.finished else None
             self._inbox.put(("add", r))
         for _ in reqs:
             done.get()
@@ -202,7 +202,7 @@ class Engine:
 
     def _stream(self, req: Req, text_in_logprobs: bool) -> Iterator[dict]:
         q: queue.Queue = queue.Queue()
-        req.extra["sink"] = lambda r: q.put(make_output(r, self.tokenizer, text_in_logprobs))
+        req.sink = lambda r: q.put(make_output(r, self.tokenizer, text_in_logprobs))
         self._inbox.put(("add", req))
         while True:
             chunk = q.get()
@@ -225,7 +225,7 @@ class Engine:
         futures = []
         for r in reqs:
             fut = loop.create_future()
-            r.extra["sink"] = lambda req, fut=fut: (
+            r.sink = lambda req, fut=fut: (
                 loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req)) if req.finished else None
             )
             futures.append(fut)
@@ -236,7 +236,7 @@ class Engine:
 
     async def _astream(self, req: Req, text_in_logprobs: bool, loop):
         q: asyncio.Queue = asyncio.Queue()
-        req.extra["sink"] = lambda r: loop.call_soon_threadsafe(q.put_nowait, make_output(r, self.tokenizer, text_in_logprobs))
+        req.sink = lambda r: loop.call_soon_threadsafe(q.put_nowait, make_output(r, self.tokenizer, text_in_logprobs))
         self._inbox.put(("add", req))
         while True:
             chunk = await q.get()

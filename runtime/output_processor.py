@@ -13,7 +13,7 @@ from radixlm.runtime.request import Req
 class OutputProcessor:
     """Applies one step's :class:`StepOutput` to its request.
 
-    Per request it keeps (in ``req.extra``): ``detok`` (IncrementalDetokenizer), ``logprob_start``
+    Per request it keeps (typed ``Req`` fields): ``detok`` (IncrementalDetokenizer), ``logprob_start``
     (absolute position of the first input-logprob entry), ``input_logprobs`` and
     ``output_logprobs`` lists of ``(logprob | None, token_id, top | None)``.
     """
@@ -30,13 +30,13 @@ class OutputProcessor:
         start = req.logprob_start_len
         if start is None or start < 0:
             start = prompt_len - 1 if sp.max_new_tokens > 0 else prompt_len
-        req.extra["logprob_start"] = min(start, prompt_len)
-        req.extra["input_logprobs"] = []
-        req.extra["output_logprobs"] = []
+        req.logprob_start = min(start, prompt_len)
+        req.input_logprobs = []
+        req.output_logprobs = []
         if self.tokenizer is None:  # skip_tokenizer_init: ids only
-            req.extra["detok"] = None
+            req.detok = None
             return
-        req.extra["detok"] = IncrementalDetokenizer(
+        req.detok = IncrementalDetokenizer(
             self.tokenizer,
             req.origin_input_ids,
             sp.skip_special_tokens,
@@ -47,7 +47,7 @@ class OutputProcessor:
 
     def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
         """Record ``out``; returns the finish reason dict when the request is done, else None."""
-        if req.return_logprob and not req.extra.get("input_logprobs_done"):
+        if req.return_logprob and not req.input_logprobs_done:
             self._collect_input_logprobs(req, s, out)
         token = out.next_token_id
         if token is None:
@@ -60,8 +60,8 @@ class OutputProcessor:
                                "(check temperature, penalties and the constraint)"}
         req.output_ids.append(token)
         if req.return_logprob:
-            req.extra["output_logprobs"].append((out.next_logprob, token, out.next_top))
-        matcher = req.extra.get("grammar_matcher")
+            req.output_logprobs.append((out.next_logprob, token, out.next_top))
+        matcher = req.grammar_matcher
         if matcher is not None and not matcher.accept_token(token):
             return {"type": "abort", "message": f"token {token} violates the request's grammar"}
         reason = self._check_finish(req, token)
@@ -72,7 +72,7 @@ class OutputProcessor:
     def _jump_forward(self, req: Req, matcher) -> dict | None:
         """Compressed-FSM jump-forward (SGLang paper §4.3): append the string the grammar forces
         without sampling. Its tokens come from the tokenizer, so they are what it would produce for
-        that text; the scheduler prefills them next step (``req.extra["needs_extend"]``)."""
+        that text; the scheduler prefills them next step (``req.needs_extend``)."""
         text = matcher.find_jump_forward_string()
         if not text:
             return None
@@ -98,8 +98,8 @@ class OutputProcessor:
             return None
         if not ids:
             return None
-        req.extra["needs_extend"] = True
-        req.extra["jump_forward_tokens"] = req.extra.get("jump_forward_tokens", 0) + len(ids)
+        req.needs_extend = True
+        req.jump_forward_tokens += len(ids)
         reason = None
         for tid in ids:
             req.output_ids.append(tid)
@@ -107,8 +107,8 @@ class OutputProcessor:
         return reason
 
     def _collect_input_logprobs(self, req: Req, s: ReqSlice, out: StepOutput) -> None:
-        entries = req.extra["input_logprobs"]
-        start = req.extra["logprob_start"]
+        entries = req.input_logprobs
+        start = req.logprob_start
         if s.start <= start < s.end and start < len(req.origin_input_ids):
             entries.append((None, req.origin_input_ids[start], None))
         for p in sorted(out.input_logprobs):
@@ -117,7 +117,7 @@ class OutputProcessor:
 
     def _check_finish(self, req: Req, token: int) -> dict | None:
         sp = req.sampling_params
-        detok: IncrementalDetokenizer | None = req.extra["detok"]
+        detok: IncrementalDetokenizer | None = req.detok
         if detok is not None:
             detok.append(token)
         if token in sp.stop_token_ids:
@@ -126,7 +126,7 @@ class OutputProcessor:
             return {"type": "stop", "matched": token}
         if detok is not None and detok.matched_stop is not None:
             return {"type": "stop", "matched": detok.matched_stop}
-        grammar = req.extra.get("grammar_matcher")
+        grammar = req.grammar_matcher
         if grammar is not None and grammar.is_terminated():
             return {"type": "stop", "matched": None}
         if len(req.output_ids) >= sp.max_new_tokens:
@@ -137,5 +137,5 @@ class OutputProcessor:
 
     def finish(self, req: Req) -> None:
         """Flush held-back text at the end of a request."""
-        if req.extra.get("detok") is not None:
-            req.extra["detok"].flush()
+        if req.detok is not None:
+            req.detok.flush()

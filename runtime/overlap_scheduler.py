@@ -29,7 +29,7 @@ from radixlm.runtime.scheduler import Scheduler
 
 
 def _has_grammar(batch: ScheduleBatch) -> bool:
-    return any(r.extra.get("grammar_matcher") is not None for r in batch.reqs)
+    return any(r.grammar_matcher is not None for r in batch.reqs)
 
 
 def _needs_host_logits(req: Req) -> bool:
@@ -77,7 +77,7 @@ class OverlapScheduler(Scheduler):
         self.cur_batch = prev
         touched = self._process(*self._without_dropped(prev, outs))
         if nxt is not None and nxt_handle is None:  # grammar: masks need step k's tokens
-            nxt.extra["drop"] = {id(r) for r in nxt.reqs if r.extra.get("needs_extend")}
+            nxt.drop = {id(r) for r in nxt.reqs if r.needs_extend}
             nxt_handle = self._sample(nxt, logits)
         self.inflight = (nxt, nxt_handle) if nxt is not None else None
         self.cur_batch = nxt
@@ -98,7 +98,7 @@ class OverlapScheduler(Scheduler):
     def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
         """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
         appended text after this step was launched); their slots go back, their state is kept."""
-        drop = batch.extra.get("drop")
+        drop = batch.drop
         if not drop:
             return batch, outs
         keep = [i for i, s in enumerate(batch.slices) if id(s.req) not in drop]
@@ -113,7 +113,7 @@ class OverlapScheduler(Scheduler):
         reqs = prev.reqs
         if self.waiting or self.chunked_req is not None or self.running != reqs:
             return None
-        if any(r.extra.get("needs_extend") or _needs_host_logits(r) for r in reqs):
+        if any(r.needs_extend or _needs_host_logits(r) for r in reqs):
             return None
         if self.allocator.available_size() < len(reqs):
             return None

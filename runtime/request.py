@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -58,8 +58,34 @@ class Req:
     status: ReqStatus = ReqStatus.WAITING
     finish_reason: dict | None = None
     arrival: int = field(default_factory=lambda: next(_counter))
-    # Filled by the scheduler while it runs the request.
-    extra: dict = field(default_factory=dict)
+
+    # ---- scheduling (scheduler.py, schedule_policy.py, scheduler_recovery.py)
+    max_total: int = 0  # prompt + max_new_tokens, capped by the context length (set when queued)
+    admitted_once: bool = False  # counted in the prompt/cached-token statistics
+    match_len: int = 0  # cached prefix length seen by the schedule policy (lpm / dfs-weight)
+    deprioritized: bool = False  # the policy defers it behind a request sharing its prefix
+    isolate: bool = False  # under suspicion after a failed batch: runs alone
+    needs_extend: bool = False  # jump-forward appended tokens that the next step must prefill
+    jump_forward_tokens: int = 0  # tokens appended by jump-forward so far
+
+    # ---- outputs (output_processor.py)
+    logprob_start: int = 0  # absolute position of the first input-logprob entry
+    input_logprobs: list = field(default_factory=list)  # [(logprob | None, token id, top | None)]
+    output_logprobs: list = field(default_factory=list)  # same entries for generated tokens
+    input_logprobs_done: bool = False  # every requested input logprob has been computed
+    detok: Any = None  # IncrementalDetokenizer (None with skip_tokenizer_init)
+
+    # ---- constrained decoding (constrained.py)
+    grammar_future: Any = None  # concurrent.futures.Future of the compiled grammar
+    grammar_matcher: Any = None  # the request's matcher once the grammar is ready
+    grammar_error: str | None = None  # why the grammar cannot run (aborts the request)
+
+    # ---- sampling and delivery
+    generator: torch.Generator | None = None  # per-request generator of a seeded request
+    sink: Callable[["Req"], None] | None = None  # in-process Engine: called with each update
+    t0: float | None = None  # perf_counter() at arrival (Engine; for e2e_latency)
+    sent: tuple[int, int, int] | None = None  # scheduler process: (outputs, input lps, output lps) sent
+    detok_init: Any = None  # scheduler process: detokenizer settings sent with the first output
 
     @property
     def all_ids(self) -> list[int]:

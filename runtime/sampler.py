@@ -73,7 +73,7 @@ def _filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
 def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None = None) -> torch.Tensor:
     """Pick one token per row of fp32 ``logits [B, V]`` (already penalized and masked).
 
-    Seeded requests draw from their own ``torch.Generator`` kept in ``req.extra["generator"]``;
+    Seeded requests draw from their own ``torch.Generator`` kept in ``req.generator``;
     the others from ``generator``. Returns int64 ``[B]`` on the logits' device.
     """
     b, vocab = logits.shape
@@ -97,13 +97,13 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     bad = bad | (sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
     probs = torch.where(bad[:, None], 1.0, probs)  # NOTE: placeholder so multinomial takes the batch
     # NOTE: unseeded rows share one draw; seeded rows draw from their own generator.
-    shared = [i for i, r in enumerate(reqs) if not greedy[i] and "generator" not in r.extra]
+    shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
     if shared:
         idx = torch.tensor(shared, device=logits.device)
         out[idx] = torch.multinomial(probs[idx], 1, generator=generator).squeeze(1)
     for i, r in enumerate(reqs):
-        if not greedy[i] and "generator" in r.extra:
-            out[i] = torch.multinomial(probs[i], 1, generator=r.extra["generator"])[0]
+        if not greedy[i] and r.generator is not None:
+            out[i] = torch.multinomial(probs[i], 1, generator=r.generator)[0]
     return _mark_bad(out, bad)
 
 

@@ -8,7 +8,7 @@
 
 In-batch prefix sharing (``lpm`` and ``dfs-weight``): when waiting requests share at least
 ``in_batch_prefix_threshold`` tokens with each other beyond what the cache holds, only the first of
-them (in priority order) stays eligible; the others get ``req.extra["deprioritized"] = True`` and
+them (in priority order) stays eligible; the others get ``req.deprioritized = True`` and
 move to the back, so the scheduler admits one and the rest hit the cache next step.
 
 The policy never locks the cache; its only effects on it are those of ``match_prefix`` (access
@@ -71,11 +71,11 @@ class SchedulePolicy:
         return self.policy
 
     def calc_priority(self, waiting: list[Req]) -> None:
-        """Reorder ``waiting`` in place; sets ``req.extra["deprioritized"]`` on every request and,
-        for ``lpm``/``dfs-weight``, ``req.extra["match_len"]`` (cached prefix length now)."""
+        """Reorder ``waiting`` in place; sets ``req.deprioritized`` on every request and,
+        for ``lpm``/``dfs-weight``, ``req.match_len`` (cached prefix length now)."""
         policy = self.effective_policy(len(waiting))
         for req in waiting:
-            req.extra["deprioritized"] = False
+            req.deprioritized = False
         if policy == "fcfs":
             waiting.sort(key=lambda r: r.arrival)
         elif policy == "lof":
@@ -85,7 +85,7 @@ class SchedulePolicy:
         else:
             last_nodes = self._match_all(waiting)
             if policy == "lpm":
-                waiting.sort(key=lambda r: -r.extra["match_len"])
+                waiting.sort(key=lambda r: -r.match_len)
             else:
                 waiting[:] = _dfs_weight_order(waiting, last_nodes, self.tree_cache.root_node)
             self._deprioritize_in_batch_sharing(waiting)
@@ -95,7 +95,7 @@ class SchedulePolicy:
         last_nodes = {}
         for req in waiting:
             indices, node = self.tree_cache.match_prefix(req.all_ids)
-            req.extra["match_len"] = int(indices.numel())
+            req.match_len = int(indices.numel())
             last_nodes[id(req)] = node
         return last_nodes
 
@@ -109,11 +109,11 @@ class SchedulePolicy:
         for req in waiting:
             ids = req.all_ids
             shared = seen.match_prefix(ids).indices.numel()
-            if shared - req.extra["match_len"] >= threshold:
-                req.extra["deprioritized"] = True
+            if shared - req.match_len >= threshold:
+                req.deprioritized = True
                 later.append(req)
                 continue
-            if len(ids) - req.extra["match_len"] >= threshold:
+            if len(ids) - req.match_len >= threshold:
                 seen.insert(ids, torch.empty(len(ids), dtype=torch.int64))
             eligible.append(req)
         waiting[:] = eligible + later

@@ -109,7 +109,7 @@ class Scheduler:
             raise ValueError(f"input_ids must be token ids in [0, {vocab})")
         if len(req.origin_input_ids) + 1 > self.allocator.size:
             raise ValueError(f"the prompt needs more KV slots than the pool has ({self.allocator.size})")
-        req.extra.setdefault("max_total", min(total, self.runner.context_len))
+        req.max_total = req.max_total or min(total, self.runner.context_len)
         self.output_processor.init_req(req)
         self.grammar.submit(req)
         self.waiting.append(req)
@@ -197,7 +197,7 @@ class Scheduler:
 
     # ------------------------------------------------------------ admission
     def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
-        remaining = sum(max(min(r.sampling_params.max_new_tokens, r.extra.get("max_total", 0) - len(r.origin_input_ids))
+        remaining = sum(max(min(r.sampling_params.max_new_tokens, r.max_total - len(r.origin_input_ids))
                             - len(r.output_ids), 0) for r in reqs)
         return int(remaining * self.new_token_ratio)
 
@@ -211,12 +211,12 @@ class Scheduler:
 
     def _match_cap(self, req: Req) -> int:
         cap = req.num_tokens - 1  # the last token is always recomputed so its logits exist
-        if req.return_logprob and not req.extra.get("input_logprobs_done"):
-            cap = min(cap, req.extra["logprob_start"])
+        if req.return_logprob and not req.input_logprobs_done:
+            cap = min(cap, req.logprob_start)
         return cap
 
     def _get_prefill_batch(self) -> ScheduleBatch | None:
-        jumped = [r for r in self.running if r.extra.get("needs_extend")]
+        jumped = [r for r in self.running if r.needs_extend]
         if not self.waiting and self.chunked_req is None and not jumped:
             return None
         budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
@@ -226,7 +226,7 @@ class Scheduler:
             s = self._slice(req, budget)
             if s is None:
                 break
-            req.extra["needs_extend"] = False
+            req.needs_extend = False
             self.running.remove(req)  # NOTE: back into running after this extend (_process)
             slices.append(s)
             budget -= s.length
@@ -241,19 +241,19 @@ class Scheduler:
         abort_bad_grammars(self)
         self.policy.calc_priority(self.waiting)
         num_running = len(self.running) + len(slices)
-        isolated = next((r for r in self.waiting if r.extra.get("isolate")), None)
+        isolated = next((r for r in self.waiting if r.isolate), None)
         if isolated is not None and not slices:  # NOTE: a request under suspicion prefills alone
             candidates = [isolated]
-        elif any(s.req.extra.get("isolate") for s in slices):
+        elif any(s.req.isolate for s in slices):
             candidates = []
         else:
-            candidates = [r for r in self.waiting if not r.extra.get("isolate")]
+            candidates = [r for r in self.waiting if not r.isolate]
         for req in candidates:
             if budget <= 0 or self.chunked_req is not None:
                 break
             if num_running + len(admitted) >= self.args.max_running_requests:
                 break
-            if req.extra.get("deprioritized") and admitted:
+            if req.deprioritized and admitted:
                 continue
             ready = self.grammar.poll(req)
             if isinstance(ready, str):  # NOTE: a bad grammar aborts only its own request
@@ -271,7 +271,7 @@ class Scheduler:
             assert s is not None
             slices.append(s)
             budget -= s.length
-            if req.extra.get("isolate"):
+            if req.isolate:
                 break
         if not slices:
             return None
@@ -290,8 +290,8 @@ class Scheduler:
         req.req_pool_idx = self.req_to_token_pool.alloc()
         self.req_to_token_pool.write(req.req_pool_idx, 0, match.indices)
         req.prefix_indices, req.last_node, req.kv_len = match.indices, match.last_node, prefix_len
-        if not req.extra.get("admitted_once"):
-            req.extra["admitted_once"] = True
+        if not req.admitted_once:
+            req.admitted_once = True
             req.cached_tokens = prefix_len
             self.stats.prompt_tokens += len(req.origin_input_ids)
             self.stats.cached_tokens += prefix_len
@@ -308,17 +308,17 @@ class Scheduler:
         if slots is None:
             return None
         self.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
-        done = req.extra.get("input_logprobs_done") or not req.return_logprob
-        lp_from, lp_to = (0, 0) if done else (req.extra["logprob_start"], len(req.origin_input_ids) - 1)
+        done = req.input_logprobs_done or not req.return_logprob
+        lp_from, lp_to = (0, 0) if done else (req.logprob_start, len(req.origin_input_ids) - 1)
         sample = end == total and req.sampling_params.max_new_tokens > len(req.output_ids)
         s = ReqSlice(req, req.kv_len, end, sample, lp_from, lp_to)
-        s.req.extra["_slots"] = slots
+        s.slots = slots
         return s
 
     def _finalize(self, batch: ScheduleBatch) -> ScheduleBatch:
         import torch
 
-        slots = [s.req.extra.pop("_slots") for s in batch.slices]
+        slots = [s.slots for s in batch.slices]
         batch.out_cache_loc = torch.cat(slots) if slots else None
         return batch
 
@@ -329,7 +329,7 @@ class Scheduler:
             self._retract(need)
         if not self.running:
             return None
-        reqs = pick_decode_reqs(self, [r for r in self.running if not r.extra.get("needs_extend")])
+        reqs = pick_decode_reqs(self, [r for r in self.running if not r.needs_extend])
         if not reqs:
             return None
         slots = self._alloc(len(reqs))
@@ -370,7 +370,7 @@ class Scheduler:
             if out.next_token_id is not None:
                 self.stats.generated_tokens += 1
             if s.end >= len(req.origin_input_ids):
-                req.extra["input_logprobs_done"] = True
+                req.input_logprobs_done = True
             if reason is not None:
                 if req in self.running:
                     self.running.remove(req)

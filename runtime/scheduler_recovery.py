@@ -52,18 +52,18 @@ def recover_failed_batch(sched: "Scheduler", batch: ScheduleBatch, exc: BaseExce
         if req.req_pool_idx is not None:
             sched.tree_cache.cache_finished_req(req)
         req.kv_len, req.status = 0, ReqStatus.WAITING
-        req.extra["needs_extend"] = False
-        req.extra["isolate"] = True
+        req.needs_extend = False
+        req.isolate = True
         sched.waiting.insert(0, req)
     return []
 
 
 def pick_decode_reqs(sched: "Scheduler", reqs: list[Req]) -> list[Req]:
     """The decode batch: all non-isolated requests, alternating with one isolated request."""
-    isolated = [r for r in reqs if r.extra.get("isolate")]
+    isolated = [r for r in reqs if r.isolate]
     if not isolated:
         return reqs
-    normal = [r for r in reqs if not r.extra.get("isolate")]
+    normal = [r for r in reqs if not r.isolate]
     sched.isolate_turn += 1
     if normal and sched.isolate_turn % 2:
         return normal
@@ -87,8 +87,8 @@ def abort_everything(sched: "Scheduler", message: str) -> list[Req]:
 def abort_bad_grammars(sched: "Scheduler") -> None:
     """Abort waiting requests whose grammar failed to compile (400), even while no request can be
     admitted, so their clients do not wait for capacity."""
-    for req in [r for r in sched.waiting if "grammar_matcher" not in r.extra
-                and ("grammar_error" in r.extra or "grammar_future" in r.extra)]:
+    for req in [r for r in sched.waiting if r.grammar_matcher is None
+                and (r.grammar_error is not None or r.grammar_future is not None)]:
         ready = sched.grammar.poll(req)
         if isinstance(ready, str):
             sched.waiting.remove(req)
@@ -115,7 +115,7 @@ def retract(sched: "Scheduler", need: int) -> None:
         sched.running.remove(req)
         sched.tree_cache.cache_finished_req(req)
         req.kv_len, req.status = 0, ReqStatus.WAITING
-        req.extra["needs_extend"] = False
+        req.needs_extend = False
         sched.waiting.insert(0, req)
         sched.stats.num_retracted += 1
         logger.info("retracted request %s (%d tokens) to free KV", req.rid, len(req.all_ids))

@@ -39,18 +39,18 @@ def _entries(tokenizer, items, with_text: bool) -> tuple[list, list]:
 
 def make_output(req: Req, tokenizer, return_text_in_logprobs: bool = False) -> dict:
     """The native ``/generate`` response for ``req`` (cumulative while streaming)."""
-    detok = req.extra.get("detok")
+    detok = req.detok
     meta = {
         "id": req.rid,
         "finish_reason": req.finish_reason,
         "prompt_tokens": len(req.origin_input_ids),
         "completion_tokens": len(req.output_ids),
         "cached_tokens": req.cached_tokens,
-        "e2e_latency": time.perf_counter() - req.extra.get("t0", time.perf_counter()),
+        "e2e_latency": time.perf_counter() - (req.t0 or time.perf_counter()),
     }
     if req.return_logprob:
-        inp, inp_top = _entries(tokenizer, req.extra.get("input_logprobs", []), return_text_in_logprobs)
-        out, out_top = _entries(tokenizer, req.extra.get("output_logprobs", []), return_text_in_logprobs)
+        inp, inp_top = _entries(tokenizer, req.input_logprobs, return_text_in_logprobs)
+        out, out_top = _entries(tokenizer, req.output_logprobs, return_text_in_logprobs)
         meta.update(input_token_logprobs=inp, output_token_logprobs=out)
         if req.top_logprobs_num:
             meta.update(input_top_logprobs=inp_top, output_top_logprobs=out_top)

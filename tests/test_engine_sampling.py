@@ -277,7 +277,7 @@ def test_poisoned_sampling_value_fails_alone(tiny_llama, engine, field, value):
 
         done: queue.Queue = queue.Queue()
         for (r,) in reqs:
-            r.extra["sink"] = lambda req: done.put(req) if req.finished else None
+            r.sink = lambda req: done.put(req) if req.finished else None
             e._inbox.put(("add", r))
         got = {r.rid: r for r in (done.get(timeout=60) for _ in reqs)}
         assert [got[r.rid].output_ids for (r,) in reqs[:3]] == alone

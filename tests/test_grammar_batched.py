@@ -58,7 +58,7 @@ def prompts(model_path) -> list[list[int]]:
 def _direct_mask_fn(logits: torch.Tensor, batch, sample_slices) -> None:
     """The plain per-request path: each mask computed by the grammar engine itself (no table)."""
     for k, i in enumerate(sample_slices):
-        m = batch.slices[i].req.extra.get("grammar_matcher")
+        m = batch.slices[i].req.grammar_matcher
         if m is None:
             continue
         state, compiled = m.mask_state(), m.compiled
@@ -133,4 +133,4 @@ def test_jump_forward_default_keeps_outputs_valid(model_path, prompts) -> None:
     reqs = _run(model_path, prompts)
     tok, _ = load_tokenizer(model_path, model_path)
     assert _check_valid(tok, reqs) >= 2
-    assert sum(r.extra.get("jump_forward_tokens", 0) for r in reqs) > 0  # it did jump
+    assert sum(r.jump_forward_tokens for r in reqs) > 0  # it did jump

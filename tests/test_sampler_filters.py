@@ -145,7 +145,7 @@ STAT_CASES = [
 def _req(temperature, top_k, top_p, min_p, seed=None) -> Req:
     r = Req("r", [1, 2], SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p))
     if seed is not None:
-        r.extra["generator"] = make_generator(seed, torch.device("cpu"))
+        r.generator = make_generator(seed, torch.device("cpu"))
     return r
 
 

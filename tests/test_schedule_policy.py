@@ -58,9 +58,9 @@ def test_ordering_table(name: str, expected: list[str]) -> None:
     cache = make_cache(*CACHE)
     waiting = reqs(*WAITING)
     assert order(SchedulePolicy(name, cache), waiting) == expected
-    assert all(r.extra["deprioritized"] is False for r in waiting)
+    assert all(r.deprioritized is False for r in waiting)
     if name in ("lpm", "dfs-weight"):
-        lens = {r.rid: r.extra["match_len"] for r in waiting}
+        lens = {r.rid: r.match_len for r in waiting}
         assert lens == {"none": 0, "b": 10, "a": 40, "a777": 43, "b2": 10}
 
 
@@ -128,7 +128,7 @@ def test_in_batch_prefix_sharing(name, cached, specs, expected, deprio) -> None:
     cache = make_cache(*cached)
     waiting = reqs(*[(r, p, 1) for r, p in specs])
     assert order(SchedulePolicy(name, cache), waiting) == expected
-    assert {r.rid for r in waiting if r.extra["deprioritized"]} == deprio
+    assert {r.rid for r in waiting if r.deprioritized} == deprio
 
 
 @pytest.mark.parametrize("name", ["lpm", "dfs-weight", "fcfs", "lof", "random"])

@@ -2,6 +2,7 @@
 
 Weights use the Hugging Face parameter names, except that q/k/v are fused into ``qkv_proj`` and
 gate/up into ``gate_up_proj`` (one GEMM each); ``load_weights`` maps the HF names onto them.
+Linear layers and the embedding are the tensor-parallel ones of :mod:`.parallel` (plain at TP 1).
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import torch
 from torch import nn
 
 from radixlm import kernels as ops
+from radixlm.runtime.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.model_config import ModelConfig
+from radixlm.runtime.models.parallel import (
+    ColumnParallelLinear, ParallelLMHead, RowParallelLinear, TensorReader, TPShard, VocabParallelEmbedding,
+)
 
 
 class RMSNorm(nn.Module):
@@ -54,49 +59,61 @@ class RotaryEmbedding(nn.Module):
 
 
 class Attention(nn.Module):
-    """GQA self-attention with optional qkv bias (Qwen2) and per-head q/k RMSNorm (Qwen3)."""
+    """GQA self-attention with optional qkv bias (Qwen2) and per-head q/k RMSNorm (Qwen3).
 
-    def __init__(self, cfg: ModelConfig, layer_id: int) -> None:
+    Under tensor parallelism (``tp``: :class:`TPShard`) the rank holds ``tp.num_heads`` query and
+    ``tp.num_kv_heads`` KV heads: QKV is column-parallel, O row-parallel (one all-reduce)."""
+
+    def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPShard) -> None:
         super().__init__()
         self.cfg, self.layer_id = cfg, layer_id
-        self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        d = cfg.head_dim
+        self.num_heads, self.num_kv_heads = tp.num_heads, tp.num_kv_heads
+        self.q_size, self.kv_size = tp.num_heads * d, tp.num_kv_heads * d
+        kv_rows = (tp.kv_head_start * d, self.kv_size)
+        self.qkv_proj = ColumnParallelLinear(
+            cfg.hidden_size, [(tp.tp_rank * self.q_size, self.q_size), kv_rows, kv_rows], bias=cfg.attention_bias
+        )
+        self.o_proj = RowParallelLinear(tp.tp_rank * self.q_size, self.q_size, cfg.hidden_size)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        c = self.cfg
-        q, k, v = self.qkv_proj(x).split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = q.view(-1, c.num_attention_heads, c.head_dim)
-        k = k.view(-1, c.num_key_value_heads, c.head_dim)
-        if c.qk_norm:
+        d = self.cfg.head_dim
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, d)
+        k = k.view(-1, self.num_kv_heads, d)
+        if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(positions, q, k)
-        o = fb.attn_backend.forward(q, k, v.view(-1, c.num_key_value_heads, c.head_dim), self.layer_id, fb)
+        o = fb.attn_backend.forward(q, k, v.view(-1, self.num_kv_heads, d), self.layer_id, fb)
         return self.o_proj(o)
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))``."""
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))``; gate-up column-parallel, down
+    row-parallel (one all-reduce) under tensor parallelism."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, tp: TPShard) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        n = tp.intermediate_size
+        rows = (tp.tp_rank * n, n)
+        self.gate_up_proj = ColumnParallelLinear(cfg.hidden_size, [rows, rows], bias=False)
+        self.down_proj = RowParallelLinear(tp.tp_rank * n, n, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_id: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPShard) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer_id)
+        self.self_attn = Attention(cfg, layer_id, tp)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, tp)
 
     def forward(self, positions, x, residual, fb: ForwardBatch):
         if residual is None:
@@ -110,10 +127,12 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, tp: TPShard) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.embed_tokens = VocabParallelEmbedding(
+            cfg.vocab_size, cfg.hidden_size, tp.vocab_start, tp.vocab_per_rank, tp.tp_size
+        )
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
@@ -138,14 +157,20 @@ class CausalLM(nn.Module):
     """Decoder-only causal LM: ``hidden = model(ids)``, ``logits = lm_head(hidden)``.
 
     ``forward`` returns final hidden states ``[T, hidden]``; :meth:`compute_logits` maps selected
-    rows to fp32 logits ``[N, vocab]``. Subclasses (one per architecture) only set the name.
+    rows to fp32 logits ``[N, vocab]`` (all-gathered: the same full logits on every TP rank).
+    The TP rank and size come from :mod:`radixlm.runtime.distributed` at construction (``tp``:
+    :class:`TPShard`; ``ValueError`` when the heads cannot be split). Subclasses (one per
+    architecture) only set the name.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.model = DecoderModel(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.tp = TPShard.of(cfg, get_tensor_model_parallel_world_size(), get_tensor_model_parallel_rank())
+        self.model = DecoderModel(cfg, self.tp)
+        self.lm_head = ParallelLMHead(
+            cfg.vocab_size, cfg.hidden_size, self.tp.vocab_start, self.tp.vocab_per_rank, self.tp.tp_size
+        )
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -153,45 +178,46 @@ class CausalLM(nn.Module):
         return self.model(input_ids, positions, fb)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        return self.lm_head.compute_logits(hidden)
 
-    def _shard_sizes(self, fused: str) -> list[int]:
-        c = self.cfg
-        if fused == "qkv_proj":
-            return [c.q_size, c.kv_size, c.kv_size]
-        return [c.intermediate_size, c.intermediate_size]
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named tensors into the parameters. Raises ``KeyError`` for unknown names and
-        ``ValueError`` when a parameter stayed unloaded (except a tied ``lm_head``)."""
+    def load_weights(self, weights: Iterable[tuple[str, object]]) -> None:
+        """Load HF-named checkpoint entries, each a tensor or a reader (``shape``,
+        ``read(dim, start, length)``, ``full()``) from which the owning layer reads only this
+        rank's slice. Raises ``KeyError`` for unknown names, ``ValueError`` for a shape mismatch or
+        when a parameter stayed unloaded (except a tied ``lm_head``)."""
         params = dict(self.named_parameters(remove_duplicate=False))
-        loaded: set[str] = set()
-        for name, tensor in weights:
+        loaded: set[tuple[str, int | None]] = set()
+        for name, reader in weights:
             if "rotary_emb.inv_freq" in name:
                 continue
             if name == "lm_head.weight" and self.cfg.tie_word_embeddings:
                 continue
-            for fused, frag, shard in _STACKED:
+            if isinstance(reader, torch.Tensor):
+                reader = TensorReader(reader)
+            target, shard = name, None
+            for fused, frag, idx in _STACKED:
                 if f".{frag}." in name:
-                    target = name.replace(frag, fused)
-                    sizes = self._shard_sizes(fused)
-                    offset = sum(sizes[:shard])
-                    params[target].data[offset : offset + sizes[shard]].copy_(tensor)
-                    loaded.add(f"{target}#{shard}")
+                    target, shard = name.replace(frag, fused), idx
                     break
+            if target not in params:
+                raise KeyError(f"checkpoint tensor {name!r} has no matching parameter")
+            owner, attr = target.rsplit(".", 1)
+            module = self.get_submodule(owner)
+            if hasattr(module, "load_shard"):
+                module.load_shard(attr, reader, shard)
             else:
-                if name not in params:
-                    raise KeyError(f"checkpoint tensor {name!r} has no matching parameter")
-                params[name].data.copy_(tensor)
-                loaded.add(name)
+                _copy_full(params[target].data, reader.full(), name)
+            loaded.add((target, shard))
         for pname in params:
             if pname == "lm_head.weight" and self.cfg.tie_word_embeddings:
                 continue
             fused = next((f for f, _, _ in _STACKED if f".{f}." in pname), None)
-            if fused is not None:
-                n = len(self._shard_sizes(fused))
-                missing = [s for s in range(n) if f"{pname}#{s}" not in loaded]
-            else:
-                missing = [] if pname in loaded else [0]
-            if missing:
+            need = [(pname, i) for i in range(3 if fused == "qkv_proj" else 2)] if fused else [(pname, None)]
+            if any(k not in loaded for k in need):
                 raise ValueError(f"parameter {pname!r} was not found in the checkpoint")
+
+
+def _copy_full(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
+    if tuple(dst.shape) != tuple(src.shape):
+        raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+    dst.copy_(src)

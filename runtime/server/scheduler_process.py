@@ -97,13 +97,13 @@ class SchedulerServer:
         req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=None,
                   return_logprob=msg.return_logprob, logprob_start_len=msg.logprob_start_len,
                   top_logprobs_num=msg.top_logprobs_num)
-        req.extra["detok_init"] = msg.detok
+        req.detok_init = msg.detok
         try:
             req.sampling_params = SamplingParams.from_dict(msg.sampling_params)
             if msg.seed is not None:
                 from radixlm.runtime.sampler import make_generator
 
-                req.extra["generator"] = make_generator(msg.seed, self.runner.device)
+                req.generator = make_generator(msg.seed, self.runner.device)
             self.scheduler.add_request(req)
         except Exception as e:  # NOTE: a bad request must not take the scheduler down
             logger.warning("request %s rejected: %s", msg.rid, e)
@@ -134,10 +134,10 @@ class SchedulerServer:
         )
 
     def _out(self, req: Req) -> TokenIDOut:
-        sent = req.extra.get("sent", (0, 0, 0))
-        inp, outp = req.extra.get("input_logprobs", []), req.extra.get("output_logprobs", [])
-        first = "sent" not in req.extra
-        req.extra["sent"] = (len(req.output_ids), len(inp), len(outp))
+        sent = req.sent or (0, 0, 0)
+        inp, outp = req.input_logprobs, req.output_logprobs
+        first = req.sent is None
+        req.sent = (len(req.output_ids), len(inp), len(outp))
         return TokenIDOut(
             rid=req.rid,
             new_output_ids=req.output_ids[sent[0]:],
@@ -147,7 +147,7 @@ class SchedulerServer:
             completion_tokens=len(req.output_ids),
             new_input_logprobs=list(inp[sent[1]:]),
             new_output_logprobs=list(outp[sent[2]:]),
-            detok=req.extra.get("detok_init") if first else None,
+            detok=req.detok_init if first else None,
         )
 
     def _send(self, reqs: list[Req]) -> None:
