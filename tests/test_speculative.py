@@ -215,3 +215,48 @@ def test_greedy_and_sampled_rows_mix():
     logits[3:] = onehot_logits([2, 4])[:] * 100  # near one-hot: sampling picks the argmax
     out = verify_drafts(logits, [req(), req(1.0)], drafts, torch.Generator().manual_seed(0))
     assert out == [[5, 7, 9], [2, 4]]
+
+
+# ------------------------------------------------------------------------ runtime glue
+class MaskMatcher(SeqMatcher):
+    """SeqMatcher that also writes its mask: only the next allowed token."""
+
+    def fill_next_token_bitmask(self, bitmask, index):
+        bitmask[index].zero_()
+        if self.pos < len(self.allowed):
+            t = self.allowed[self.pos]
+            bitmask[index, t // 32] = 1 << (t % 32)
+
+
+def test_draft_rows_get_the_mask_of_their_prefix():
+    from radixlm.runtime.speculative_worker import run_verify
+
+    m = MaskMatcher([3, 9, 4, 2])
+    r0 = SimpleNamespace(sampling_params=SamplingParams(temperature=0.0), generator=None, grammar_matcher=m,
+                         output_ids=[])
+    r1 = SimpleNamespace(sampling_params=SamplingParams(temperature=0.0, min_new_tokens=2), generator=None,
+                         grammar_matcher=None, output_ids=[])
+    logits = torch.zeros(6, 40)
+    logits[:, 0] = 10.0  # token 0 (EOS here) is everyone's argmax unless masked
+    out = run_verify(logits, [r0, r1], [[3, 9], [5, 5]], eos_ids=[0], generator=None)
+    assert out[0] == [3, 9, 4]  # each row only allows the grammar's next token: all accepted + bonus
+    assert m.pos == 0  # matcher rolled back
+    assert torch.isinf(logits[3:5, 0]).all() and logits[5, 0] == 10.0  # EOS blocked for 2 rows only
+    assert out[1] == [1]  # row 0 of r1: EOS blocked, argmax of the rest (ties -> first), draft 5 rejected
+
+
+def test_drafter_respects_room_and_pool():
+    from radixlm.runtime.speculative_worker import NgramDrafter, kept_kv_len
+
+    d = NgramDrafter(4, 1, 8)
+    mk = lambda out, max_new: SimpleNamespace(  # noqa: E731
+        sampling_params=SamplingParams(temperature=0.0, max_new_tokens=max_new), origin_input_ids=[1, 2, 3, 4, 5, 6, 1],
+        output_ids=list(out), max_total=7 + max_new, num_tokens=7 + len(out), spec_index=None, grammar_matcher=None)
+    assert d.draft(mk([], 10)) == [2, 3, 4, 5]
+    assert d.draft(mk([2], 3)) == [3]  # 2 tokens left: one draft + the step's own token
+    assert d.draft(mk([2, 3], 3)) == []
+    pen = mk([], 10)
+    pen.sampling_params.repetition_penalty = 1.2
+    assert d.draft(pen) == []
+    assert d.drafts([mk([], 10), mk([], 10)], free_slots=5) == [[2, 3, 4], []]
+    assert kept_kv_len(10, 2, 20) == 13 and kept_kv_len(10, 3, 12) == 12

@@ -1,0 +1,166 @@
+"""Speculative decoding in the runtime: drafts per running request (scheduler side), logits
+processing and verification of a verify step (model-runner side), and the KV bookkeeping after it.
+
+A verify step replaces the decode step while ``speculative_algorithm="ngram"``: every running
+request with a draft ``d_0..d_{k-1}`` gets a slice of ``1 + k`` positions (its last sampled token,
+then the drafts, carried in ``ReqSlice.draft_ids`` since they are not output yet), KV slots for all
+of them, and logits at all of them through the extend path. After verification
+(:func:`radixlm.runtime.speculative_verify.verify_drafts`) the request keeps the KV of its last
+token and of the accepted drafts; the slots of rejected positions go back to the allocator.
+Requests without a draft decode as usual (a one-token slice in the same forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from radixlm.runtime.speculative import NgramIndex, propose
+from radixlm.runtime.speculative_verify import verify_drafts
+
+
+@dataclass
+class SpecStats:
+    """Cumulative speculation counters (scheduler stats, ``server_info``, ``/metrics``).
+
+    ``spec_verify_ct``: request-steps that verified a draft; ``spec_draft_tokens``: draft tokens
+    proposed; ``spec_accepted_tokens``: draft tokens accepted (each step also emits one token of
+    its own, so tokens per verify step = 1 + accepted / verify_ct)."""
+
+    spec_verify_ct: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+
+    @property
+    def spec_accept_rate(self) -> float:
+        return self.spec_accepted_tokens / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
+
+    @property
+    def spec_accept_length(self) -> float:
+        """Mean tokens emitted per verify step (accepted drafts + 1)."""
+        return 1.0 + self.spec_accepted_tokens / self.spec_verify_ct if self.spec_verify_ct else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"spec_verify_ct": self.spec_verify_ct, "spec_draft_tokens": self.spec_draft_tokens,
+                "spec_accepted_tokens": self.spec_accepted_tokens, "spec_accept_rate": self.spec_accept_rate,
+                "spec_accept_length": self.spec_accept_length}
+
+
+def speculates(req: Any) -> bool:
+    """Whether ``req`` may get drafts: penalties depend on the tokens before each position, so
+    requests with frequency/presence/repetition penalties decode one token at a time."""
+    sp = req.sampling_params
+    return not (sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0)
+
+
+class NgramDrafter:
+    """Scheduler-side proposer: one :class:`NgramIndex` per request (kept in ``req.spec_index``).
+
+    Args:
+        num_draft_tokens: most drafts per request and step (``speculative_num_draft_tokens``).
+        min_window / max_window: n-gram match windows.
+        tokenizer: tokenizes grammar-forced strings (None: no forced drafts).
+    """
+
+    def __init__(self, num_draft_tokens: int, min_window: int, max_window: int, tokenizer: Any = None) -> None:
+        self.k = num_draft_tokens
+        self.min_window, self.max_window = min_window, max_window
+        self.tokenizer = tokenizer
+        self.stats = SpecStats()
+
+    def draft(self, req: Any) -> list[int]:
+        """The draft for one running request (possibly empty), at most ``k`` tokens and never
+        more than the request may still emit minus one (the step always emits a token of its own)."""
+        room = min(req.sampling_params.max_new_tokens - len(req.output_ids), req.max_total - req.num_tokens) - 1
+        k = min(self.k, room)
+        if k <= 0 or not speculates(req):
+            return []
+        index = req.spec_index
+        if index is None:
+            index = req.spec_index = NgramIndex(self.min_window, self.max_window)
+        index.sync(req.origin_input_ids, req.output_ids)
+        return propose(index, k, req.grammar_matcher, self.tokenizer)
+
+    def drafts(self, reqs: Sequence[Any], free_slots: int) -> list[list[int]]:
+        """Drafts for ``reqs``; when the ``free_slots`` beyond one per request run short, later
+        requests' drafts are cut (speculation never causes a retraction)."""
+        spare = free_slots - len(reqs)
+        out = []
+        for req in reqs:
+            d = self.draft(req)[: max(spare, 0)] if spare > 0 else []
+            spare -= len(d)
+            out.append(d)
+        return out
+
+    def record(self, num_drafts: int, num_accepted: int, req: Any) -> None:
+        """Count one verify step of ``req`` (per request and globally)."""
+        if num_drafts:
+            req.spec_verify_ct += 1
+            req.spec_draft_tokens += num_drafts
+            req.spec_accepted_tokens += num_accepted
+            self.stats.spec_verify_ct += 1
+            self.stats.spec_draft_tokens += num_drafts
+            self.stats.spec_accepted_tokens += num_accepted
+
+
+def kept_kv_len(start: int, num_accepted: int, num_tokens: int) -> int:
+    """KV positions a verify slice starting at ``start`` keeps: its last token and the accepted
+    drafts, but none past the tokens the request really has (a finish among the accepted drafts
+    drops the rest)."""
+    return min(start + 1 + num_accepted, num_tokens)
+
+
+# ------------------------------------------------------------------------ model-runner side
+def mask_draft_rows(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[Sequence[int]],
+                    offsets: Sequence[int], eos_ids: Sequence[int]) -> None:
+    """In place on fp32 ``logits [sum(len(d) + 1), V]``: row ``off + j`` of a request gets what the
+    sampler would apply after ``d_0..d_{j-1}``: EOS/stop ids blocked while ``min_new_tokens`` is
+    pending, and the grammar mask of the matcher state after the prefix (the matcher is advanced
+    through the draft, which was checked against it, and rolled back)."""
+    vocab = logits.shape[1]
+    for req, d, off in zip(reqs, drafts, offsets):
+        sp = req.sampling_params
+        pending = sp.min_new_tokens - len(req.output_ids)
+        if pending > 0:
+            banned = [t for t in list(eos_ids) + list(sp.stop_token_ids) if t < vocab]
+            if banned:
+                rows = torch.arange(off, off + min(pending, len(d) + 1), device=logits.device)
+                logits[rows[:, None], torch.tensor(banned, device=logits.device)[None, :]] = float("-inf")
+    constrained = [(req, d, off) for req, d, off in zip(reqs, drafts, offsets) if req.grammar_matcher is not None]
+    if not constrained:
+        return
+    from radixlm.grammar import apply_token_bitmask_inplace
+
+    n_rows = sum(len(d) + 1 for _, d, _ in constrained)
+    bitmask = torch.zeros((n_rows, (vocab + 31) // 32), dtype=torch.int32)
+    index, r = [], 0
+    for req, d, off in constrained:
+        m = req.grammar_matcher
+        accepted = 0
+        for j in range(len(d) + 1):
+            m.fill_next_token_bitmask(bitmask, r)
+            index.append(off + j)
+            r += 1
+            if j < len(d):
+                if not m.accept_token(d[j]):  # NOTE: drafts were cut by the grammar; stay safe
+                    bitmask[r : r + len(d) - j].zero_()
+                    index.extend(range(off + j + 1, off + len(d) + 1))
+                    r += len(d) - j
+                    break
+                accepted += 1
+        m.rollback(accepted)
+    apply_token_bitmask_inplace(logits, bitmask.to(logits.device), torch.tensor(index, device=logits.device))
+
+
+def run_verify(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[Sequence[int]],
+               eos_ids: Sequence[int], generator: torch.Generator | None) -> list[list[int]]:
+    """Mask (:func:`mask_draft_rows`) and verify the rows of a verify step; returns per request
+    the accepted drafts followed by one new token (see ``verify_drafts``)."""
+    offsets, row = [], 0
+    for d in drafts:
+        offsets.append(row)
+        row += len(d) + 1
+    mask_draft_rows(logits, reqs, drafts, offsets, eos_ids)
+    return verify_drafts(logits, reqs, drafts, generator)
