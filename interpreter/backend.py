@@ -65,18 +65,37 @@ class Backend(ABC):
         """Model identifier (path) of the backend."""
         return "unknown"
 
+    # ---- program-aware cache leases (interpreter/lease.py) ------------------------------------
+
+    @property
+    def supports_cache_lease(self) -> bool:
+        """Whether requests may carry ``cache_lease`` (radixlm's runtime); False here."""
+        return False
+
+    def release_cache_leases(self, ids: list[str]) -> None:
+        """Release program leases (never blocks on the network); the default does nothing."""
+
+    def _lease_fields(self) -> dict[str, Any]:
+        """``{"cache_lease": ...}`` for a request built now by a running program, else ``{}``."""
+        if not self.supports_cache_lease:
+            return {}
+        from radixlm.interpreter.lease import current_lease
+
+        lease = current_lease()
+        return {"cache_lease": lease} if lease is not None else {}
+
     # ---- operations used by the interpreter ---------------------------------------------------
 
     def generate(self, prompt: str, params: SamplingParams) -> tuple[str, Response]:
         """Complete ``prompt``. Returns ``(text, meta_info)``; text excludes prompt and stop."""
-        obj = self.request(_payload(prompt, params))
+        obj = self.request({**_payload(prompt, params), **self._lease_fields()})
         assert isinstance(obj, dict)
         return obj["text"], obj["meta_info"]
 
     def generate_n(self, prompt: str, params: SamplingParams,
                    n: int) -> tuple[list[str], list[Response]]:
         """``n`` completions of ``prompt`` in one batched request: ``(texts, meta_infos)``."""
-        payload = _payload(prompt, params)
+        payload = {**_payload(prompt, params), **self._lease_fields()}
         payload["text"] = [prompt] * n
         objs = self.request(payload)
         assert isinstance(objs, list) and len(objs) == n
@@ -84,7 +103,7 @@ class Backend(ABC):
 
     def generate_stream(self, prompt: str, params: SamplingParams) -> Iterator[tuple[str, Response]]:
         """Stream a completion: yields ``(delta_text, meta_info)``; deltas concatenate to the text."""
-        payload = _payload(prompt, params)
+        payload = {**_payload(prompt, params), **self._lease_fields()}
         payload["stream"] = True
         seen = 0
         for chunk in self.request_stream(payload):
@@ -97,7 +116,8 @@ class Backend(ABC):
 
         Returns the response's ``meta_info`` (``prompt_tokens``, ``cached_tokens``, ...).
         """
-        obj = self.request({"text": prompt, "sampling_params": {"max_new_tokens": 0}})
+        obj = self.request({"text": prompt, "sampling_params": {"max_new_tokens": 0},
+                            **self._lease_fields()})
         assert isinstance(obj, dict)
         return obj["meta_info"]
 
@@ -110,7 +130,7 @@ class Backend(ABC):
         """Score ``choices`` as continuations of ``prompt`` (see ``interpreter/select.py``)."""
         from radixlm.interpreter.select import score_choices
 
-        return score_choices(self, prompt, choices, method)
+        return score_choices(self, prompt, choices, method, self._lease_fields())
 
 
 def _payload(prompt: str, params: SamplingParams) -> dict[str, Any]:

@@ -32,12 +32,31 @@ class EngineBackend(Backend):
 
     def _call(self, payload: dict[str, Any], stream: bool) -> Any:
         kwargs = {k: payload[k] for k in _ENGINE_KEYS if payload.get(k) is not None}
+        if payload.get("cache_lease") is not None and self.supports_cache_lease:
+            kwargs["cache_lease"] = payload["cache_lease"]
         return self.engine.generate(prompt=payload.get("text"), input_ids=payload.get("input_ids"),
                                     sampling_params=payload.get("sampling_params") or {},
                                     stream=stream, **kwargs)
 
+    @property
+    def supports_cache_lease(self) -> bool:
+        """Whether the engine keeps program leases (``Engine.release_cache_lease``)."""
+        return callable(getattr(self.engine, "release_cache_lease", None))
+
     def request(self, payload: dict[str, Any]) -> Response | list[Response]:
+        choices = payload.get("choices")
+        score = getattr(self.engine, "score_choices", None)
+        if choices is not None and callable(score) and isinstance(payload.get("text"), str):
+            lease = payload.get("cache_lease") if self.supports_cache_lease else None
+            return score(payload["text"], list(choices),
+                         payload.get("choices_method", "token_length_normalized"), cache_lease=lease)
+        if choices is not None:  # NOTE: an engine without one-trip select: the body is a commit
+            payload = {k: v for k, v in payload.items() if k not in ("choices", "choices_method")}
         return self._call(payload, stream=False)
+
+    def release_cache_leases(self, ids: list[str]) -> None:
+        if ids and self.supports_cache_lease:
+            self.engine.release_cache_lease(ids, wait=False)
 
     def request_stream(self, payload: dict[str, Any]) -> Iterator[Response]:
         yield from self._call(payload, stream=True)

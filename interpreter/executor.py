@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import uuid
 from typing import Any
 
 from radixlm.interpreter.backend import Backend
+from radixlm.interpreter.lease import leasing
 from radixlm.lang.chat_template import ChatTemplate
 from radixlm.lang.ir import (
     CommitLazy, Constant, Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select,
@@ -37,6 +39,8 @@ class StreamExecutor:
         messages_: chat messages closed so far (``{"role", "content"}``).
         error_: the first exception raised by the program or a request, else ``None``.
         chunks: ``(variable name or None, text piece)`` in the order text was appended.
+        lease_id: the cache lease this state's requests carry (``interpreter/lease.py``), or
+            ``None`` when the backend keeps no leases; released when the executor ends.
     """
 
     def __init__(self, backend: Backend, defaults: SamplingParams, stream: bool = False,
@@ -66,6 +70,7 @@ class StreamExecutor:
         self._queue: queue.Queue[Expr | None] = queue.Queue()
         # NOTE: ``run(use_thread=False)``: ``submit`` returns only once its nodes have run.
         self.inline = False
+        self.lease_id: str | None = uuid.uuid4().hex if backend.supports_cache_lease else None
         self._thread = threading.Thread(target=self._work, daemon=True, name="radixlm-executor")
         self._thread.start()
 
@@ -164,21 +169,36 @@ class StreamExecutor:
 
     # ---- worker thread --------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        while True:
-            node = self._queue.get()
-            if node is None:
-                return
+    def release_lease(self) -> None:
+        """Release this state's cache lease (its prefix will not be extended again); a later
+        request of this state takes a new one."""
+        lease_id = self.lease_id
+        if lease_id is not None:
+            self.lease_id = uuid.uuid4().hex
             try:
-                if self.error_ is None:
-                    self._execute(node)
-            except Exception as exc:  # noqa: BLE001 - any failure becomes the state's error
-                logger.debug("program node %s failed", node, exc_info=True)
-                self.set_error(exc)
-            finally:
-                with self._cond:
-                    self._pending -= 1
-                    self._cond.notify_all()
+                self.backend.release_cache_leases([lease_id])
+            except Exception as exc:  # noqa: BLE001 - an unreleased lease only waits out its TTL
+                logger.warning("releasing cache lease %s failed: %s", lease_id, exc)
+
+    def _work(self) -> None:
+        with leasing(self):
+            while True:
+                node = self._queue.get()
+                if node is None:
+                    break
+                try:
+                    if self.error_ is None:
+                        self._execute(node)
+                except Exception as exc:  # noqa: BLE001 - any failure becomes the state's error
+                    logger.debug("program node %s failed", node, exc_info=True)
+                    self.set_error(exc)
+                finally:
+                    with self._cond:
+                        self._pending -= 1
+                        self._cond.notify_all()
+        if self.lease_id is not None:  # NOTE: the program ended: nothing extends this prefix
+            self.backend.release_cache_leases([self.lease_id])
+            self.lease_id = None
 
     def _append(self, text: str, var: str | None = None) -> None:
         if text:

@@ -17,6 +17,7 @@ from typing import Any
 import requests
 
 from radixlm.interpreter.backend import Backend, Response
+from radixlm.interpreter.lease import LeaseReleaser
 from radixlm.lang.chat_template import (
     ChatTemplate, chat_template_from_tokenizer, default_chat_template, named_chat_template,
 )
@@ -61,6 +62,7 @@ class RuntimeEndpoint(Backend):
         if chat_template is None and chat_template_name is not None:
             chat_template = named_chat_template(chat_template_name)
         self._local = threading.local()
+        self._releaser = LeaseReleaser(lambda ids: self._post("/release_cache_lease", {"ids": ids}))
         self.model_info: dict[str, Any] = self._get("/get_model_info")
         self.chat_template = chat_template or self._derive_template()
 
@@ -136,3 +138,13 @@ class RuntimeEndpoint(Backend):
 
     def get_model_name(self) -> str:
         return str(self.model_info.get("model_path", "unknown"))
+
+    @property
+    def supports_cache_lease(self) -> bool:
+        """True when ``/get_model_info`` lists ``cache_lease`` in ``radixlm_features``."""
+        return "cache_lease" in (self.model_info.get("radixlm_features") or ())
+
+    def release_cache_leases(self, ids: list[str]) -> None:
+        """Queue ``ids`` for one batched ``POST /release_cache_lease`` from a background thread."""
+        if ids and self.supports_cache_lease:
+            self._releaser.release(ids)

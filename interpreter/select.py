@@ -1,90 +1,92 @@
-"""Choice scoring for ``select``, with the request pattern of SGLang's frontend (DESIGN.md §3.2).
+"""Choice scoring for ``select``: one round trip against radixlm, SGLang's pattern elsewhere.
 
-1. One prefill-only request for the prompt: it enters the prefix cache and its ``prompt_tokens`` P
-   tells where the choices begin.
-2. One batched request of ``prompt + choice`` for all choices with ``max_new_tokens: 0``,
+Against radixlm (the HTTP server or the in-process Engine) a ``select`` is ONE native request,
+``{"text": prompt, "choices": [...], "choices_method": name, "sampling_params":
+{"max_new_tokens": 0}}``: the runtime tokenizes ``prompt + choice`` for every choice, scores them
+against the cached prompt in one prefill batch (and, for ``unconditional_likelihood_normalized``,
+the choices' own tokens without the prompt in the same batch) and returns the scores in
+``meta_info`` (docs/server.md, "select in one round trip").
+
+A server without the ``choices`` field (SGLang's) ignores it and answers the same body as a
+prefill-only request for the prompt: that response is step 1 of SGLang's frontend pattern
+(DESIGN.md §3.2), so the fallback costs no extra request:
+
+1. the prefill-only request for the prompt: it enters the prefix cache and its ``prompt_tokens`` P
+   tells where the choices begin;
+2. one batched request of ``prompt + choice`` for all choices with ``max_new_tokens: 0``,
    ``return_logprob``, ``return_text_in_logprobs`` and ``logprob_start_len = max(P - 2, 0)``: the
    prompt's KV is reused from the cache and only the last prompt tokens plus the choice are scored.
    Starting two tokens early covers "token healing", where the prompt's last token merges with the
-   choice's first token when the two are tokenized together.
-3. For ``unconditional_likelihood_normalized`` only: one batched ``input_ids`` request that scores
+   choice's first token when the two are tokenized together;
+3. for ``unconditional_likelihood_normalized`` only: one batched ``input_ids`` request that scores
    each choice's tokens without the prompt.
 
-The choice's tokens are the returned entries whose text reaches past the prompt's characters (so a
-token straddling the boundary counts as the choice's first token); when the token texts do not
-line up with the strings (e.g. partial UTF-8), positions ``>= P`` are used.
+Either way the decision is made here by the method object (so custom methods work) through
+:func:`radixlm.lang.choices.decide_choices`, from the same logprob entries.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from radixlm.lang.choices import ChoicesDecision, ChoicesSamplingMethod, LogprobEntry
+from radixlm.lang.choices import (  # noqa: F401 - re-exported (older import path)
+    ChoicesDecision, ChoicesSamplingMethod, LogprobEntry, apply_choices_method, choice_token_entries,
+    choices_method_name, decide_choices, sglang_entries,
+)
 
 if TYPE_CHECKING:
     from radixlm.interpreter.backend import Backend
 
-
-def choice_token_entries(prompt: str, choice: str, entries: list[LogprobEntry], start: int,
-                         prompt_tokens: int) -> list[LogprobEntry]:
-    """Entries (``[logprob, token_id, text]``) of ``choice``'s own tokens.
-
-    Args:
-        prompt: the text before the choice.
-        choice: the choice string.
-        entries: input-token logprobs of ``prompt + choice`` covering positions ``[start, L)``.
-        start: the request's ``logprob_start_len``.
-        prompt_tokens: P, the token count of ``prompt`` alone.
-    Returns:
-        the entries belonging to the choice, without entries whose logprob is ``None``.
-    """
-    texts = [e[2] if len(e) > 2 else None for e in entries]
-    picked: list[LogprobEntry] | None = None
-    if texts and all(isinstance(t, str) for t in texts):
-        full = prompt + choice
-        covered = "".join(texts)  # type: ignore[arg-type]
-        if full.endswith(covered):
-            pos = len(full) - len(covered)
-            picked = []
-            for entry, text in zip(entries, texts):
-                pos += len(text)  # type: ignore[arg-type]
-                if pos > len(prompt):
-                    picked.append(entry)
-    if picked is None:
-        picked = entries[max(prompt_tokens - start, 0):]
-    return [e for e in picked if e[0] is not None]
+#: meta_info key whose presence marks a native one-trip ``choices`` response.
+NATIVE_KEY = "choice_token_logprobs"
 
 
-def sglang_entries(prompt: str, entries: list[LogprobEntry]) -> list[LogprobEntry]:
-    """SGLang's ``input_token_logprobs`` of one choice: every entry from ``logprob_start_len``,
-    minus the first one when ``prompt`` ends with its text (no token healing happened)."""
-    if entries and len(entries[0]) > 2 and isinstance(entries[0][2], str) \
-            and prompt.endswith(entries[0][2]):
-        return list(entries[1:])
-    return list(entries)
-
-
-def _mean_logprob(entries: list[LogprobEntry]) -> float:
-    return sum(float(e[0]) for e in entries) / len(entries) if entries else 0.0
+def native_choices_payload(prompt: str, choices: list[str], method: ChoicesSamplingMethod,
+                           extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one-trip ``/generate`` body of a ``select`` (a prefill-only request to servers that
+    ignore ``choices``). ``extra``: more top-level fields (e.g. ``cache_lease``)."""
+    return {"text": prompt, "choices": list(choices), "choices_method": choices_method_name(method),
+            "sampling_params": {"max_new_tokens": 0}, **(extra or {})}
 
 
 def score_choices(backend: Backend, prompt: str, choices: list[str],
-                  method: ChoicesSamplingMethod) -> ChoicesDecision:
-    """Pick one of ``choices`` as the continuation of ``prompt``.
+                  method: ChoicesSamplingMethod, extra: dict[str, Any] | None = None
+                  ) -> ChoicesDecision:
+    """Pick one of ``choices`` as the continuation of ``prompt`` (one request against radixlm).
 
     Returns:
-        the decision; its ``meta_info`` holds ``normalized_prompt_logprobs`` ``[C]`` (mean over
-        each choice's own tokens), ``input_token_logprobs`` ``[C][*]`` as SGLang returns them
-        (the scored boundary tokens before the choice first, entry 0 ``[None, id, text]``),
-        ``choice_token_logprobs`` ``[C][T_i]`` (each choice's own tokens), ``prompt_tokens`` and
-        ``cached_tokens`` of the prompt's prefill-only request, ``logprob_start_len`` and
-        method-specific scores.
+        the decision; ``meta_info`` as :func:`radixlm.lang.choices.decide_choices` documents.
     Raises:
         RuntimeError: a request failed; ValueError: no choices.
     """
     if not choices:
         raise ValueError("select needs at least one choice")
-    commit = backend.commit_prefix(prompt)
+    try:
+        obj = backend.request(native_choices_payload(prompt, choices, method, extra))
+    except RuntimeError as exc:
+        if "choices" not in str(exc):  # NOTE: a server that refuses the field by name: fall back
+            raise
+        return score_choices_multi_request(backend, prompt, choices, method)
+    assert isinstance(obj, dict)
+    meta = obj["meta_info"]
+    if NATIVE_KEY not in meta:  # the server ignored `choices`: this was the prefill-only commit
+        return score_choices_multi_request(backend, prompt, choices, method, commit=meta)
+    return apply_choices_method(method, choices, meta[NATIVE_KEY], meta["input_token_logprobs"],
+                                meta.get("unconditional_token_logprobs"),
+                                prompt_tokens=int(meta["prompt_tokens"]),
+                                logprob_start_len=int(meta["logprob_start_len"]),
+                                cached_tokens=int(meta.get("cached_tokens", 0)))
+
+
+def score_choices_multi_request(backend: Backend, prompt: str, choices: list[str],
+                                method: ChoicesSamplingMethod,
+                                commit: dict[str, Any] | None = None) -> ChoicesDecision:
+    """SGLang's request pattern (module docstring, steps 1-3). ``commit``: the ``meta_info`` of
+    step 1 when it was already sent."""
+    if not choices:
+        raise ValueError("select needs at least one choice")
+    if commit is None:
+        commit = backend.commit_prefix(prompt)
     prompt_tokens = int(commit["prompt_tokens"])
     start = max(prompt_tokens - 2, 0)
     objs = backend.request({
@@ -93,27 +95,16 @@ def score_choices(backend: Backend, prompt: str, choices: list[str],
         "return_logprob": True,
         "return_text_in_logprobs": True,
         "logprob_start_len": start,
+        **backend._lease_fields(),
     })
     assert isinstance(objs, list) and len(objs) == len(choices)
     raw = [o["meta_info"]["input_token_logprobs"] for o in objs]
-    input_lp = [choice_token_entries(prompt, c, entries, start, prompt_tokens)
-                for c, entries in zip(choices, raw)]
-    output_lp = [o["meta_info"].get("output_token_logprobs") or [] for o in objs]
-    normalized = [_mean_logprob(e) for e in input_lp]
     unconditional: list[list[LogprobEntry]] | None = None
     if method.requires_unconditional_logprobs:
-        unconditional = _unconditional(backend, input_lp)
-    decision = method(choices=choices, normalized_prompt_logprobs=normalized,
-                      input_token_logprobs=input_lp, output_token_logprobs=output_lp,
-                      unconditional_token_logprobs=unconditional)
-    # NOTE: SGLang's meta info keeps the scored boundary tokens before the choice ([None, id, text]
-    # first); the decision above used only the choice's own tokens (``choice_token_logprobs``).
-    decision.meta_info["choice_token_logprobs"] = input_lp
-    decision.meta_info["input_token_logprobs"] = [sglang_entries(prompt, e) for e in raw]
-    decision.meta_info.setdefault("prompt_tokens", prompt_tokens)
-    decision.meta_info.setdefault("cached_tokens", int(commit.get("cached_tokens", 0)))
-    decision.meta_info.setdefault("logprob_start_len", start)
-    return decision
+        own = [choice_token_entries(prompt, c, e, start, prompt_tokens) for c, e in zip(choices, raw)]
+        unconditional = _unconditional(backend, own)
+    return decide_choices(method, prompt, choices, raw, unconditional, prompt_tokens=prompt_tokens,
+                          logprob_start_len=start, cached_tokens=int(commit.get("cached_tokens", 0)))
 
 
 def _unconditional(backend: Backend, input_lp: list[list[LogprobEntry]]) -> list[list[Any]]:

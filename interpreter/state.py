@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,8 @@ class ProgramState(StateBase):
     def __init__(self, executor: StreamExecutor) -> None:
         self.executor = executor
         self.ret_value: Any = None
+        # NOTE: a dropped state ends its executor: queued nodes still run, then its lease is released.
+        weakref.finalize(self, executor.end)
 
     def submit(self, nodes: list[Expr]) -> None:
         self.executor.submit(nodes)
@@ -216,6 +219,7 @@ class ForkedStates:
             raise ValueError(f"unknown join mode {mode!r}")
         for st in self.states:
             st.sync()
+            st.executor.release_lease()  # NOTE: a joined branch is not extended again
         failed = next((st.executor.error_ for st in self.states if st.executor.error_), None)
         if failed is not None:
             self.parent.executor.set_error(failed)

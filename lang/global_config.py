@@ -9,6 +9,9 @@ SGLang programs read and write these attributes directly (``global_config.verbos
 * ``enable_precache_with_tracing`` (True): ``run_batch`` of more than one program first commits the
   traced constant prefix (one prefill-only request).
 * ``enable_parallel_encoding`` (True): accepted; ``join("concate_and_append")`` always appends text.
+* ``enable_cache_leases`` (True) / ``cache_lease_ttl_s`` (60.0): radixlm only: a running
+  program's requests lease their cached prefix for that many seconds (renewed on each call,
+  released at the program's end; ``interpreter/lease.py``). Ignored by backends without leases.
 * ``skip_special_tokens_in_output`` (True) / ``spaces_between_special_tokens_in_out`` (True): sent
   as ``skip_special_tokens`` / ``spaces_between_special_tokens`` with every generation.
 
@@ -41,6 +44,8 @@ class GlobalConfig:
         self.spaces_between_special_tokens_in_out = True
         self.enable_precache_with_tracing = True
         self.enable_parallel_encoding = True
+        self.enable_cache_leases = True
+        self.cache_lease_ttl_s = 60.0
 
     def __repr__(self) -> str:
         return f"GlobalConfig({vars(self)!r})"

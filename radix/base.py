@@ -106,6 +106,25 @@ class PrefixCache(abc.ABC):
         """All cached tokens: ``evictable_size() + protected_size()``."""
         return self.evictable_size() + self.protected_size()
 
+    # ---- program leases (radix/lease.py); the defaults keep none -------------------------------
+
+    def lease(self, lease_id: str, node: Any, ttl_s: float) -> None:
+        """Lease the path root -> ``node`` as ``lease_id`` for ``ttl_s`` seconds: its nodes are
+        evicted only after every unleased one (never blocked). Re-leasing an id moves and renews it.
+        The default (caches without eviction order) keeps nothing."""
+
+    def release_leases(self, ids: Any) -> int:
+        """End the leases ``ids`` (an iterable of str; unknown ids ignored); returns how many."""
+        return 0
+
+    def expire_leases(self) -> int:
+        """End the leases whose TTL ran out; returns how many."""
+        return 0
+
+    def num_leases(self) -> int:
+        """Leases currently held."""
+        return 0
+
     @abc.abstractmethod
     def reset(self) -> None:
         """Drop every entry and free its slots. Precondition: nothing is locked (no request)."""

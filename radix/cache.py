@@ -8,7 +8,7 @@ slots of its longest cached prefix and inserts its prompt+output when it finishe
 
 from __future__ import annotations
 
-import heapq
+import time
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,8 @@ import torch
 from radixlm.radix.base import MatchResult, PrefixCache
 import numpy as np
 
+from radixlm.radix.eviction import EvictionMixin
+from radixlm.radix.lease import LeaseTable
 from radixlm.radix.node import Chain, TreeNode, common_len, pack
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from radixlm.runtime.request import Req
 
 
-class RadixCache(PrefixCache):
+class RadixCache(EvictionMixin, PrefixCache):
     """Radix-tree prefix cache.
 
     Args:
@@ -33,6 +35,7 @@ class RadixCache(PrefixCache):
         page_size: tokens per page; only whole pages are matched and inserted.
         req_to_token_pool: the request rows read/written by ``cache_finished_req`` /
             ``cache_unfinished_req`` (only those two need it).
+        clock: seconds (monotonic) for lease TTLs (``radix/lease.py``); tests pass a fake one.
     """
 
     def __init__(
@@ -40,6 +43,7 @@ class RadixCache(PrefixCache):
         token_to_kv_allocator: TokenToKVPoolAllocator | None,
         page_size: int = 1,
         req_to_token_pool: ReqToTokenPool | None = None,
+        clock=time.monotonic,
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -48,6 +52,7 @@ class RadixCache(PrefixCache):
         self.page_size = page_size
         self.device = token_to_kv_allocator.device if token_to_kv_allocator else torch.device("cpu")
         self._empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        self.leases = LeaseTable(self._lru_push, self._lru_push, clock)
         self.reset()
 
     # ---- state -------------------------------------------------------------------------------
@@ -64,9 +69,12 @@ class RadixCache(PrefixCache):
         self._evictable = 0
         self._protected = 0
         self._num_nodes = 1
-        # NOTE: lazy LRU heap of (access time, node): every unlocked leaf has an entry with its
-        # current time; stale entries (time changed, locked, not a leaf, evicted) are skipped.
+        # NOTE: lazy LRU heaps of (access time, node), one per eviction tier (unleased, leased):
+        # every unlocked leaf has an entry with its current time in its tier's heap; stale entries
+        # (time changed, locked, not a leaf, evicted, other tier) are skipped.
         self._lru: list[tuple[int, TreeNode]] = []
+        self._lru_leased: list[tuple[int, TreeNode]] = []
+        self.leases.clear()
 
     @property
     def root_node(self) -> TreeNode:
@@ -95,26 +103,6 @@ class RadixCache(PrefixCache):
 
     def _child_key(self, ids: list[int], i: int):
         return ids[i] if self.page_size == 1 else tuple(ids[i : i + self.page_size])
-
-    @staticmethod
-    def _lru_valid(t: int, node: TreeNode) -> bool:
-        """Is ``(t, node)`` the live heap entry of an evictable leaf?"""
-        return (
-            node.parent is not None
-            and not node.children
-            and node.lock_ref == 0
-            and node.t == t
-        )
-
-    def _lru_push(self, node: TreeNode) -> None:
-        """Record ``node``'s current access time if it is an evictable leaf."""
-        if node.children or node.lock_ref or node.parent is None:
-            return
-        heapq.heappush(self._lru, (node.t, node))  # NOTE: a leaf's access time is its own t
-        if len(self._lru) > 2 * self._num_nodes + 64:
-            live = {n.id: (t, n) for t, n in self._lru if self._lru_valid(t, n)}
-            self._lru = list(live.values())
-            heapq.heapify(self._lru)
 
     # ---- match / insert ----------------------------------------------------------------------
 
@@ -238,6 +226,7 @@ class RadixCache(PrefixCache):
         parent, chain = child.parent, child.chain
         upper = TreeNode(chain, child.start, child.start + k, parent)
         upper.lock_ref = child.lock_ref
+        upper.lease_ref = child.lease_ref  # NOTE: the leases stay on ``child`` (same end depth)
         child.start += k
         child.parent = upper
         upper.children[self._key_at(chain, child.start)] = child
@@ -274,39 +263,13 @@ class RadixCache(PrefixCache):
         self._protected -= moved
         return moved
 
-    # ---- eviction ----------------------------------------------------------------------------
-
-    def evict(self, num_tokens: int) -> int:
-        if num_tokens <= 0 or self._evictable == 0:
-            return 0
-        heap, root, valid = self._lru, self._root, self._lru_valid
-        freed = 0
-        slots = []
-        while freed < num_tokens and heap:
-            t, node = heapq.heappop(heap)
-            if not valid(t, node):
-                continue
-            parent = node.parent
-            del parent.children[self._key_at(node.chain, node.start)]
-            slots.append(node.value)
-            node.chain.drop_tail(node)
-            node.parent = None
-            self._num_nodes -= 1
-            freed += node.end - node.start
-            if parent.t < node.t:  # NOTE: keeps the parent's (subtree) access time
-                parent.t = node.t
-            if parent is not root and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.t, parent))
-        self._evictable -= freed
-        if self.allocator is not None and slots:
-            self.allocator.free(torch.cat(slots))  # NOTE: one free call: it copies the free list
-        return freed
-
     # ---- request helpers ---------------------------------------------------------------------
 
     def cache_finished_req(self, req: Req) -> None:
         if req.req_pool_idx is not None:
-            kv, aligned, n, _ = self._insert_req(req)
+            kv, aligned, n, node = self._insert_req(req)
+            if req.cache_lease is not None:  # NOTE: before the unlock below: node stays alive
+                self.leases.lease(req.cache_lease[0], node, req.cache_lease[1])
             p = req.prefix_indices.numel()
             # NOTE: kv[:p] are the cache's own slots; kv[p:n] duplicate cached ones.
             waste = []

@@ -56,12 +56,38 @@ def check_tree(cache: RadixCache, held: torch.Tensor | None = None) -> list[str]
     if nodes != cache.num_nodes():
         errors.append(f"num_nodes {cache.num_nodes()} != {nodes} in the tree")
     live = {n for t, n in cache._lru if cache._lru_valid(t, n)}
+    live |= {n for t, n in cache._lru_leased if cache._lru_valid(t, n, True)}
     missing = sum(1 for n in leaves if n.lock_ref == 0 and n not in live)
     if missing:
-        errors.append(f"{missing} evictable leaves missing from the LRU heap")
+        errors.append(f"{missing} evictable leaves missing from the LRU heaps")
+    errors += _lease_errors(cache)
     if cache.allocator is not None:
         cached = torch.cat(slots) if slots else torch.empty(0, dtype=torch.int64)
         errors += check_pool(cache.allocator, cached, evictable, protected, held)
+    return errors
+
+
+def _lease_errors(cache: RadixCache) -> list[str]:
+    """Every lease names a live node, and each node's ``lease_ref`` counts the leases at or below it."""
+    errors: list[str] = []
+    table = cache.leases
+    want: dict[int, int] = {}
+    for lease in table.by_id.values():
+        node = lease.node
+        if node.parent is None or lease.id not in table.by_node.get(node.id, ()):
+            errors.append(f"lease {lease.id!r}: node {node.id} is not in the tree or not indexed")
+            continue
+        while node.parent is not None:
+            want[node.id] = want.get(node.id, 0) + 1
+            node = node.parent
+    stack = [cache.root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.parent is not None and node.lease_ref != want.get(node.id, 0):
+            errors.append(f"node {node.id}: lease_ref {node.lease_ref} != {want.get(node.id, 0)} leases")
+    if sum(len(v) for v in table.by_node.values()) != len(table.by_id):
+        errors.append("lease index by node disagrees with the leases by id")
     return errors
 
 

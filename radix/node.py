@@ -76,17 +76,20 @@ class TreeNode:
         children: child nodes keyed by their first token (``page_size == 1``) or first page tuple.
         parent: parent node (``None`` for the root).
         lock_ref: number of locks on this node (a lock on a node also counts on every ancestor).
+        lease_ref: number of program leases held on this node or a descendant (``radix/lease.py``):
+            a leased node is evicted only after every unleased one.
         t: logical time of the last match/insert that *ended* at this node, or of an evicted child
             (see :attr:`last_access_time`).
     """
 
-    __slots__ = ("chain", "start", "end", "children", "parent", "lock_ref", "t", "id")
+    __slots__ = ("chain", "start", "end", "children", "parent", "lock_ref", "lease_ref", "t", "id")
 
     def __init__(self, chain: Chain, start: int, end: int, parent: TreeNode | None, t: int = 0):
         self.chain, self.start, self.end = chain, start, end
         self.children: dict = {}
         self.parent = parent
         self.lock_ref = 0
+        self.lease_ref = 0
         self.t = t
         self.id = next(_node_ids)
 
@@ -124,6 +127,7 @@ class TreeNode:
     def __repr__(self) -> str:
         return (
             f"TreeNode(id={self.id}, depth={self.start}..{self.end}, lock_ref={self.lock_ref}, "
+            f"lease_ref={self.lease_ref}, "
             f"t={self.t}, children={len(self.children)})"
         )
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any, Iterator
 
+from radixlm.radix.lease import lease_spec
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
@@ -130,7 +131,8 @@ class Engine:
         return value
 
     # ------------------------------------------------------------- requests
-    def _make_reqs(self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid):
+    def _make_reqs(self, prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid,
+                   cache_lease=None):
         if (prompt is None) == (input_ids is None):
             raise ValueError("pass exactly one of prompt and input_ids")
         single = isinstance(prompt, str) if prompt is not None else not (input_ids and isinstance(input_ids[0], list))
@@ -156,6 +158,7 @@ class Engine:
                     return_logprob=bool(return_logprob),
                     logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
                     top_logprobs_num=top_logprobs_num or 0,
+                    cache_lease=lease_spec(cache_lease),
                 )
                 if sp.seed is not None:
                     from radixlm.runtime.sampler import make_generator
@@ -177,15 +180,19 @@ class Engine:
         stream: bool = False,
         rid: str | list[str] | None = None,
         return_text_in_logprobs: bool = False,
+        cache_lease: dict | None = None,
     ) -> dict | list | Iterator[dict]:
         """Generate for one prompt (str / list of ids) or a batch (list of str / list of lists).
 
         Returns SGLang-native results ``{"text", "output_ids", "meta_info"}``: a dict for one
         prompt with ``n == 1``, otherwise a list (prompt-major, then the ``n`` samples). With
         ``stream=True`` returns an iterator of chunks with the cumulative ``text`` (one prompt only).
+        ``cache_lease`` ``{"id": str, "ttl_s": float}``: lease the cached sequence when the request
+        finishes (docs/server.md; :meth:`release_cache_lease`).
         Raises ``ValueError`` for invalid arguments or sampling params.
         """
-        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid)
+        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                         top_logprobs_num, rid, cache_lease)
         reqs = [r for g in groups for r in g]
         if stream:
             if len(reqs) != 1:
@@ -212,11 +219,12 @@ class Engine:
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False,
                              logprob_start_len=None, top_logprobs_num=None, stream=False, rid=None,
-                             return_text_in_logprobs=False):
+                             return_text_in_logprobs=False, cache_lease=None):
         """Async :meth:`generate`: awaits the result, or with ``stream=True`` returns an async
         iterator of chunks."""
         loop = asyncio.get_running_loop()
-        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len, top_logprobs_num, rid)
+        single, groups = self._make_reqs(prompt, sampling_params, input_ids, return_logprob, logprob_start_len,
+                                         top_logprobs_num, rid, cache_lease)
         reqs = [r for g in groups for r in g]
         if stream:
             if len(reqs) != 1:
@@ -243,6 +251,51 @@ class Engine:
             yield chunk
             if chunk["meta_info"]["finish_reason"] is not None:
                 return
+
+    def score_choices(self, prompt: str, choices: list[str], choices_method: str = "token_length_normalized",
+                      cache_lease: dict | None = None, rid: str | None = None) -> dict:
+        """``select`` in one submission: scores every ``prompt + choice`` (and, for
+        ``unconditional_likelihood_normalized``, the choices alone) in one prefill round.
+
+        Returns the native response of ``/generate`` with ``choices`` (docs/server.md): ``text``
+        is the decision, ``meta_info`` holds the per-choice scores. Raises ``ValueError`` for
+        bad arguments or when a scoring request is refused.
+        """
+        from radixlm.runtime.choices import SCORING_PARAMS, ChoicesPlan
+
+        if self.tokenizer is None:
+            raise ValueError("score_choices needs a tokenizer (skip_tokenizer_init is set)")
+        t0 = time.perf_counter()
+        plan = ChoicesPlan.build(self.tokenizer.encode, lambda t: self.tokenizer.decode([t]), prompt, choices,
+                                 choices_method)
+        base = rid or uuid.uuid4().hex
+        reqs = [r for i, (ids, start) in enumerate(plan.requests())
+                for r in self._make_reqs(None, SCORING_PARAMS, ids, True, start, 0, f"{base}-choice-{i}",
+                                         cache_lease if i < len(choices) else None)[1][0]]
+        done: queue.Queue = queue.Queue()
+        for r in reqs:
+            r.sink = lambda req: done.put(req) if req.finished else None
+            self._inbox.put(("add", r))
+        for _ in reqs:
+            done.get()
+        bad = next((r.finish_reason for r in reqs if r.finish_reason.get("type") == "abort"), None)
+        if bad is not None:
+            raise ValueError(f"choice scoring refused: {bad.get('message')}")
+        outs = [make_output(r, self.tokenizer, True)["meta_info"] for r in reqs]
+        cached = sum(m["cached_tokens"] for m in outs[: len(choices)])
+        return plan.response([m["input_token_logprobs"] for m in outs], cached, base, t0, outs[0]["finish_reason"])
+
+    def release_cache_lease(self, ids: str | list[str], wait: bool = True) -> int | None:
+        """End program leases (``cache_lease`` ids); unknown ids are ignored. Returns how many
+        ended (``None`` with ``wait=False``: queued for the scheduler thread; 0 after shutdown)."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        if self._stopped.is_set():
+            return 0
+        fn = lambda: self.scheduler.tree_cache.release_leases(ids)  # noqa: E731
+        if not wait:
+            self._inbox.put(("call", (fn, queue.Queue())))
+            return None
+        return self._call(fn)
 
     # ---------------------------------------------------------------- admin
     def abort(self, rid: str) -> None:

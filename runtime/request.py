@@ -86,6 +86,7 @@ class Req:
     t0: float | None = None  # perf_counter() at arrival (Engine; for e2e_latency)
     sent: tuple[int, int, int] | None = None  # scheduler process: (outputs, input lps, output lps) sent
     detok_init: Any = None  # scheduler process: detokenizer settings sent with the first output
+    cache_lease: tuple[str, float] | None = None  # (id, ttl_s): lease the cached sequence (radix/lease.py)
 
     @property
     def all_ids(self) -> list[int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import uuid
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -14,13 +16,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ValidationError
 
 from radixlm.runtime.server.protocol import (
-    AbortReqInput, DetokenizeReqInput, GenerateReqInput, TokenizeReqInput,
+    AbortReqInput, DetokenizeReqInput, GenerateReqInput, ReleaseCacheLeaseInput, TokenizeReqInput,
 )
 from radixlm.runtime.server.tokenizer_manager import GenSpec, RequestError, TokenizerManager
 
 logger = logging.getLogger("radixlm.http")
 M = TypeVar("M", bound=BaseModel)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+#: radixlm extensions of the native API (reported by /get_model_info and /get_server_info).
+FEATURES = ("choices", "cache_lease")
 
 
 def error_body(message: str, status: int, param: str | None = None) -> dict:
@@ -126,11 +130,45 @@ async def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[li
         rids = _as_list(body.rid, n, "rid")
     else:
         rids = [body.rid if n == 1 or body.rid is None else f"{body.rid}-{i}" for i in range(n)]
+    lease = body.cache_lease.model_dump() if body.cache_lease else None
     return [
         GenSpec(prompts[i], sps[i].model_dump(exclude_none=True) if sps[i] is not None else {}, bool(lps[i]),
-                starts[i], tops[i], body.return_text_in_logprobs, rids[i])
+                starts[i], tops[i], body.return_text_in_logprobs, rids[i], cache_lease=lease)
         for i in range(n)
     ], single
+
+
+async def generate_choices(body: GenerateReqInput, tm: TokenizerManager, request: Request) -> dict:
+    """``/generate`` with ``choices``: every choice scored in one submission (runtime/choices.py);
+    returns the native response of docs/server.md ("select in one round trip")."""
+    from radixlm.runtime.choices import SCORING_PARAMS, ChoicesPlan
+
+    if not isinstance(body.text, str):
+        raise RequestError("choices needs one text prompt (text: str)", param="choices")
+    if body.stream:
+        raise RequestError("choices cannot be streamed", param="stream")
+    if isinstance(body.rid, list):
+        raise RequestError("choices takes one rid", param="rid")
+    try:
+        plan = await tm.run_off_loop(ChoicesPlan.build, tm.tokenizer.encode,
+                                     lambda t: tm.tokenizer.decode([t]), body.text, body.choices,
+                                     body.choices_method)
+    except ValueError as e:
+        raise RequestError(str(e), param="choices") from None
+    base = body.rid or uuid.uuid4().hex
+    lease = body.cache_lease.model_dump() if body.cache_lease else None
+    # NOTE: only the prompt + choice requests carry the lease (they hold the program's prefix)
+    specs = [GenSpec(ids, dict(SCORING_PARAMS), True, start, 0, True, f"{base}-choice-{i}",
+                     cache_lease=lease if i < len(plan.choices) else None)
+             for i, (ids, start) in enumerate(plan.requests())]
+    t0 = time.perf_counter()
+    states, queue = await tm.submit(specs)
+    await tm.wait_all(states, queue, request)
+    bad = next((s.finish_reason for s in states if s.finish_reason.get("type") == "abort"), None)
+    if bad is not None:
+        raise RequestError(f"choice scoring aborted: {bad.get('message')}", status=500)
+    cached = sum(s.cached_tokens for s in states[: len(plan.choices)])
+    return plan.response([s.input_lp for s in states], cached, base, t0, states[0].finish_reason)
 
 
 class ContainErrors:
@@ -190,6 +228,8 @@ def create_app(tm: TokenizerManager) -> FastAPI:
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
         body = await parse_body(request, GenerateReqInput)
+        if body.choices is not None:
+            return await generate_choices(body, tm, request)
         specs, single = await native_specs(body, tm)
         states, queue = await tm.submit(specs)
         if body.stream:
@@ -235,14 +275,15 @@ def create_app(tm: TokenizerManager) -> FastAPI:
         cfg = tm.config
         return {"model_path": cfg.model_path, "tokenizer_path": cfg.tokenizer_path or cfg.model_path,
                 "is_generation": True, "served_model_name": tm.model_name,
-                "context_length": tm.context_len, "max_total_tokens": tm.max_total_tokens}
+                "context_length": tm.context_len, "max_total_tokens": tm.max_total_tokens,
+                "radixlm_features": list(FEATURES)}
 
     @app.get("/get_server_info")
     @app.get("/server_info")
     async def server_info():
         info = await tm.control("server_info")
         return {**{k: v for k, v in vars(tm.config).items() if k != "api_key"}, **info,
-                "served_model_name": tm.model_name, "version": _version()}
+                "served_model_name": tm.model_name, "version": _version(), "radixlm_features": list(FEATURES)}
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
@@ -262,6 +303,12 @@ def create_app(tm: TokenizerManager) -> FastAPI:
         else:
             raise RequestError("pass rid or abort_all", param="rid")
         return Response(status_code=200)
+
+    @app.post("/release_cache_lease")
+    async def release_cache_lease(request: Request):
+        """End the named program leases (docs/server.md); answers ``{"released": n}``."""
+        body = await parse_body(request, ReleaseCacheLeaseInput)
+        return {"released": await tm.control("release_cache_lease", args={"ids": list(body.ids)})}
 
     @app.post("/tokenize")
     async def tokenize(request: Request):

@@ -107,6 +107,7 @@ class TokenizedGenerateReq:
     top_logprobs_num: int = 0
     seed: int | None = None
     detok: DetokInit | None = None
+    cache_lease: dict | None = None  # {"id": str, "ttl_s": float}: lease the cached sequence
 
 
 @dataclass
@@ -123,11 +124,13 @@ class ControlReq:
     """A request answered by a :class:`ControlReply` with the same ``req_id``.
 
     ``kind``: ``flush_cache`` (payload: bool), ``server_info`` (payload: dict), ``ping``
-    (payload: True; the health check's proof that the scheduler loop runs).
+    (payload: True; the health check's proof that the scheduler loop runs),
+    ``release_cache_lease`` (``args = {"ids": [...]}``; payload: number of leases released).
     """
 
     req_id: str
     kind: str
+    args: dict | None = None
 
 
 @dataclass

@@ -142,6 +142,20 @@ class NativeSamplingParams(_Constraints):
 
 
 Rid = Annotated[str, Field(min_length=1, max_length=256)]
+MAX_CHOICES = 256
+MAX_CHOICE_CHARS = 4096
+ChoicesMethod = Literal["token_length_normalized", "greedy_token_selection",
+                        "unconditional_likelihood_normalized"]
+MAX_LEASE_TTL_S = 24 * 3600.0
+
+
+class CacheLeaseInput(_Lenient):
+    """``cache_lease`` of ``/generate``: keep the request's cached sequence (prompt + output) ahead
+    of unleased prefixes in eviction order for ``ttl_s`` seconds under the name ``id`` (a later
+    request with the same ``id`` moves and renews the lease; ``POST /release_cache_lease`` ends it)."""
+
+    id: Rid
+    ttl_s: Annotated[Finite, Field(gt=0, le=MAX_LEASE_TTL_S)] = 60.0
 
 
 class GenerateReqInput(_Lenient):
@@ -157,6 +171,17 @@ class GenerateReqInput(_Lenient):
     return_text_in_logprobs: StrictBool = False
     stream: StrictBool = False
     rid: Rid | list[Rid] | None = None
+    # radixlm extensions (docs/server.md): select in one round trip, program-aware cache leases
+    choices: Annotated[list[Annotated[str, Field(max_length=MAX_CHOICE_CHARS)]],
+                       Field(min_length=1, max_length=MAX_CHOICES)] | None = None
+    choices_method: ChoicesMethod = "token_length_normalized"
+    cache_lease: CacheLeaseInput | None = None
+
+
+class ReleaseCacheLeaseInput(_Lenient):
+    """``POST /release_cache_lease``: end the named leases (unknown ids are ignored)."""
+
+    ids: Annotated[list[Rid], Field(max_length=MAX_BATCH)]
 
 
 class AbortReqInput(_Lenient):

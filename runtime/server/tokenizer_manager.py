@@ -95,6 +95,7 @@ class GenSpec:
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     rid: str | None = None
+    cache_lease: dict | None = None  # {"id": str, "ttl_s": float} (docs/server.md)
 
 
 class TokenizerManager:
@@ -252,7 +253,8 @@ class TokenizerManager:
                 rid = base if sp.n == 1 else f"{base}-{k}"
                 seed = None if sp.seed is None else sp.seed + k
                 reqs.append((TokenizedGenerateReq(rid, spec.input_ids, spec.sampling_params, spec.return_logprob,
-                                                  spec.logprob_start_len, spec.top_logprobs_num, seed, detok), spec))
+                                                  spec.logprob_start_len, spec.top_logprobs_num, seed, detok,
+                                                  spec.cache_lease), spec))
             if sp.n > 1:
                 groups[base] = [f"{base}-{k}" for k in range(sp.n)]
         rids = [r.rid for r, _ in reqs]
@@ -320,12 +322,13 @@ class TokenizerManager:
                 raise RequestError(s.finish_reason.get("message", "bad request"), status=s.finish_reason["status_code"])
         return states
 
-    async def control(self, kind: str, timeout: float = 60.0) -> Any:
-        """Ask the scheduler (``flush_cache`` / ``server_info``) and await its answer."""
+    async def control(self, kind: str, timeout: float = 60.0, args: dict | None = None) -> Any:
+        """Ask the scheduler (``flush_cache`` / ``server_info`` / ``release_cache_lease`` with
+        ``args``) and await its answer."""
         req_id = uuid.uuid4().hex
         fut = asyncio.get_running_loop().create_future()
         self._control[req_id] = fut
-        self._send.send(encode(ControlReq(req_id, kind)))
+        self._send.send(encode(ControlReq(req_id, kind, args)))
         try:
             return await asyncio.wait_for(fut, timeout)
         finally:
