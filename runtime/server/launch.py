@@ -6,6 +6,11 @@ they linger) and the private socket directory is removed; if this process is kil
 sends the children SIGTERM and they remove the socket directory (and the next server start removes
 any directory whose server pid is gone). If a child dies
 while serving, the server logs which one and how, and exits with status 1.
+
+Tensor parallelism (``--tp-size N``, ``--nnodes``, ``--node-rank``, ``--dist-init-addr``): each node
+starts the scheduler processes of its ``N / nnodes`` ranks, which meet through torch.distributed's
+rendezvous at ``tcp://<dist-init-addr>``; node 0 also runs the detokenizer and serves HTTP, the
+other nodes only follow. A dead rank (any scheduler child) ends the server as above.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_sentinels
 
+from radixlm.runtime.distributed import default_init_method
 from radixlm.runtime.server.config import ServerConfig
 from radixlm.runtime.server.detokenizer_process import run_detokenizer_process
 from radixlm.runtime.server.io_struct import IpcPaths
@@ -39,7 +45,8 @@ def _describe_exit(code: int | None) -> str:
 
 
 class ServerProcesses:
-    """The child processes of one server instance."""
+    """The child processes of one server instance: one scheduler per TP rank of this node
+    (``scheduler`` is rank 0, ``scheduler-tp<r>`` rank r) and, on node 0, the detokenizer."""
 
     def __init__(self, config: ServerConfig, paths: IpcPaths) -> None:
         ctx = mp.get_context("spawn")
@@ -48,13 +55,20 @@ class ServerProcesses:
         self.procs: dict[str, mp.Process] = {}
         self.stopping = False
         tok_path = config.tokenizer_path or config.model_path
-        targets = {
-            "scheduler": (run_scheduler_process, (config.engine_args(),)),
-            "detokenizer": (run_detokenizer_process, (tok_path, config.log_level)),
-        }
-        for name, (fn, args) in targets.items():
+        engine_args = config.engine_args()
+        tp_size, nnodes, node_rank = (getattr(config, k, 1) for k in ("tp_size", "nnodes", "node_rank"))
+        node_rank = getattr(config, "node_rank", 0)
+        per_node = tp_size // nnodes
+        init_method = default_init_method(config.dist_init_addr) if tp_size > 1 else None
+        targets: dict[str, tuple] = {}
+        for rank in range(node_rank * per_node, (node_rank + 1) * per_node):
+            name = "scheduler" if rank == 0 else f"scheduler-tp{rank}"
+            targets[name] = (run_scheduler_process, (engine_args,), (rank, init_method))
+        if node_rank == 0:
+            targets["detokenizer"] = (run_detokenizer_process, (tok_path, config.log_level), ())
+        for name, (fn, args, tail) in targets.items():
             reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=fn, args=(*args, paths, writer), name=f"radixlm-{name}", daemon=True)
+            proc = ctx.Process(target=fn, args=(*args, paths, writer, *tail), name=f"radixlm-{name}", daemon=True)
             proc.start()
             writer.close()
             self.procs[name], self.readers[name] = proc, reader
@@ -103,14 +117,18 @@ class ServerProcesses:
 
         threading.Thread(target=run, name="radixlm-watchdog", daemon=True).start()
 
-    def shutdown(self) -> None:
-        """Terminate (then kill) every child and remove the IPC files; idempotent."""
+    def shutdown(self, grace_s: float = 3.0) -> None:
+        """Terminate every child, kill those still alive ``grace_s`` seconds later (in total, not
+        per child: a rank blocked in a collective may not see SIGTERM) and remove the IPC files;
+        idempotent."""
         self.stopping = True
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.terminate()
+        deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
-            proc.join(5)
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
@@ -139,6 +157,11 @@ def launch_server(config: ServerConfig) -> int:
         except InterruptedError:
             return 0
         children.watch()
+        if getattr(config, "node_rank", 0) > 0:  # NOTE: only TP ranks here; node 0 serves HTTP
+            logger.info("node %d: TP ranks ready, following node 0", config.node_rank)
+            while not stop_requested.wait(0.5):
+                pass
+            return 0
         _serve(config, paths, tokenizer, reports["scheduler"])
         return 0
     finally:

@@ -1,5 +1,9 @@
 """The scheduler process: receives tokenized requests, runs ``Scheduler.step()`` in a loop and
-pushes one :class:`BatchTokenIDOut` per step to the detokenizer."""
+pushes one :class:`BatchTokenIDOut` per step to the detokenizer.
+
+Under tensor parallelism there is one scheduler process per rank (:mod:`radixlm.runtime.tp_worker`):
+rank 0 owns the sockets and broadcasts the messages it received before each step; the other ranks
+handle the same messages, step in lockstep and send nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from multiprocessing.connection import Connection
 import zmq
 
 from radixlm.radix.lease import lease_spec
+from radixlm.runtime import distributed as dist
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
@@ -26,17 +31,25 @@ IDLE_POLL_MS = 1000
 
 
 class SchedulerServer:
-    """Owns one :class:`Scheduler` and its sockets; :meth:`serve` never returns."""
+    """Owns one :class:`Scheduler` and (on TP rank 0) its sockets; :meth:`serve` never returns."""
 
-    def __init__(self, args: ServerArgs, paths: IpcPaths) -> None:
+    def __init__(self, args: ServerArgs, paths: IpcPaths, rank: int = 0) -> None:
         from radixlm.runtime.model_runner import ModelRunner
         from radixlm.runtime.tokenizer import load_tokenizer
+        from radixlm.runtime.tp_worker import GrammarGate
 
-        self.args = args
+        self.args, self.rank = args, rank
         self.tokenizer, eos_ids = load_tokenizer(args.tokenizer_path or args.model_path, args.model_path)
         # NOTE: the server always has a tokenizer (ServerConfig rejects skip_tokenizer_init)
         self.runner = ModelRunner(args, args.model_path, eos_ids)
         self.scheduler = Scheduler.create(args, self.runner, self.tokenizer)
+        self.gate = GrammarGate(self.scheduler.grammar) if _tp_size(args) > 1 else None
+        self.pending: list[Req] = []  # finished outside a step (add errors, aborts)
+        self._last_prefills = 0
+        self._last_prompt = 0
+        self._last_cached = 0
+        if rank > 0:
+            return  # NOTE: followers get their input from rank 0 and send nothing
         ctx = zmq.Context()
         self.recv_sock = ctx.socket(zmq.PULL)
         self.recv_sock.bind(paths.scheduler_in)
@@ -44,10 +57,6 @@ class SchedulerServer:
         self.detok_sock.connect(paths.detokenizer_in)
         self.reply_sock = ctx.socket(zmq.PUSH)
         self.reply_sock.connect(paths.tokenizer_in)
-        self.pending: list[Req] = []  # finished outside a step (add errors, aborts)
-        self._last_prefills = 0
-        self._last_prompt = 0
-        self._last_cached = 0
 
     def ready_info(self) -> dict:
         return {
@@ -60,21 +69,28 @@ class SchedulerServer:
         }
 
     # ------------------------------------------------------------ inbox
-    def _recv_all(self, wait_ms: int) -> None:
-        if wait_ms and not self.recv_sock.poll(wait_ms):
-            return
-        while True:
-            try:
-                msg = decode(self.recv_sock.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                return
-            except MalformedMessage as e:  # NOTE: log and drop; the scheduler goes on
-                logger.error("dropped a malformed message: %s", e)
-                continue
+    def _recv_all(self, wait_ms: int) -> list:
+        """Rank 0: the messages waiting (up to ``wait_ms`` for the first). Under TP they are
+        broadcast, with the newly compiled grammars, and every rank handles the same list."""
+        msgs: list = []
+        if self.rank == 0 and (not wait_ms or self.recv_sock.poll(wait_ms)):
+            while True:
+                try:
+                    msgs.append(decode(self.recv_sock.recv(zmq.NOBLOCK)))
+                except zmq.Again:
+                    break
+                except MalformedMessage as e:  # NOTE: log and drop; the scheduler goes on
+                    logger.error("dropped a malformed message: %s", e)
+        if self.gate is not None:
+            ready = self.gate.compiled(self.scheduler.waiting) if self.rank == 0 else None
+            msgs, ready = dist.broadcast_objects([msgs, ready] if self.rank == 0 else None)
+            self.gate.open(ready)
+        for msg in msgs:
             try:
                 self._handle(msg)
             except Exception:  # NOTE: one bad message must not stop the scheduler
                 logger.exception("handling %s failed", type(msg).__name__)
+        return msgs
 
     def _handle(self, msg: object) -> None:
         if isinstance(msg, TokenizedGenerateReq):
@@ -92,7 +108,10 @@ class SchedulerServer:
                 if req is not None:
                     self.pending.append(req)
         elif isinstance(msg, ControlReq):
-            self.reply_sock.send(encode(ControlReply(msg.req_id, self._control(msg.kind, msg.args))))
+            # NOTE: every TP rank runs the control (flush_cache changes scheduler state); rank 0 replies
+            reply = ControlReply(msg.req_id, self._control(msg.kind, msg.args))
+            if self.rank == 0:
+                self.reply_sock.send(encode(reply))
 
     def _add(self, msg: TokenizedGenerateReq) -> None:
         req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=None,
@@ -154,13 +173,13 @@ class SchedulerServer:
         )
 
     def _send(self, reqs: list[Req]) -> None:
-        if reqs:
+        if reqs and self.rank == 0:
             outs = [self._out(r) for r in reqs]
             self.detok_sock.send(encode(BatchTokenIDOut(outs, self._snapshot())))
 
     def _log_prefill(self) -> None:
         st = self.scheduler.stats
-        if st.num_prefill_batches == self._last_prefills:
+        if st.num_prefill_batches == self._last_prefills or self.rank > 0:
             return
         new_prompt, new_cached = st.prompt_tokens - self._last_prompt, st.cached_tokens - self._last_cached
         self._last_prefills, self._last_prompt, self._last_cached = st.num_prefill_batches, st.prompt_tokens, st.cached_tokens
@@ -193,21 +212,39 @@ class SchedulerServer:
             else:
                 touched += sched.step()  # idle: runs the integrity self-check
             self._send(touched)
-            if not sched.has_work() and not self.pending:
+            if self.rank > 0:
+                wait_ms = 0  # NOTE: followers wait in the broadcast instead
+            elif not sched.has_work() and not self.pending:
                 wait_ms = IDLE_POLL_MS
             else:  # NOTE: only grammar compiles pending -> wait briefly for input instead of spinning
                 wait_ms = 1 if not getattr(sched, "ran_batch", True) and not touched else 0
 
 
-def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection) -> None:
-    """Process entry: build the scheduler, report ``ready`` (a dict) on ``ready``, serve forever.
-    A startup failure is reported as ``{"status": "error", "message": traceback}``."""
-    child_init(args.log_level, "scheduler", paths.dir)
+def _tp_size(args: ServerArgs) -> int:
+    return getattr(args, "tp_size", 1)  # NOTE: ServerArgs.tp_size lands with the engine edits
+
+
+def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, rank: int = 0,
+                          init_method: str | None = None) -> None:
+    """Process entry of TP rank ``rank`` (0 without TP): join the TP group at ``init_method``
+    (``tcp://host:port``) when ``args.tp_size > 1``, build the scheduler, report ``ready`` (a dict)
+    on ``ready``, serve forever. A startup failure is reported as
+    ``{"status": "error", "message": traceback}``; a lost peer rank ends the process (status 1)."""
+    child_init(args.log_level, "scheduler" if rank == 0 else f"tp{rank}", paths.dir)
     try:
-        server = SchedulerServer(args, paths)
+        if _tp_size(args) > 1:
+            dist.init_distributed(args.tp_size, rank, init_method, args.resolved_device(),
+                                  ranks_per_node=args.tp_size // args.nnodes)
+        server = SchedulerServer(args, paths, rank)
     except Exception:
         ready.send({"status": "error", "message": traceback.format_exc()})
         raise SystemExit(1)
     ready.send(server.ready_info())
     ready.close()
-    server.serve()
+    try:
+        server.serve()
+    except Exception as e:  # NOTE: a collective failed: a peer rank is gone
+        if _tp_size(args) == 1:
+            raise
+        logger.error("TP rank %d lost its peers (%s: %s); exiting", rank, type(e).__name__, e)
+        raise SystemExit(1)
