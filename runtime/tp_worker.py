@@ -165,10 +165,12 @@ def run_engine_follower(rank: int, args, init_method: str) -> None:
         dist.destroy_distributed()
 
 
-def start_engine_followers(args) -> tuple[list, str]:
-    """Spawn ranks ``1..tp_size-1`` of an Engine on this node; returns the processes and the
-    rendezvous address rank 0 must join with (``init_distributed(args.tp_size, 0, addr, ...)``)."""
+def start_engine_ranks(args) -> list:
+    """Spawn ranks ``1..tp_size-1`` of an Engine on this node and join the group as rank 0;
+    returns the follower processes. Raises ``RuntimeError`` when a follower exits before the
+    rendezvous completes (instead of waiting for the collective timeout)."""
     import multiprocessing as mp
+    import threading
 
     init_method = dist.default_init_method(args.dist_init_addr)
     ctx = mp.get_context("spawn")
@@ -178,7 +180,26 @@ def start_engine_followers(args) -> tuple[list, str]:
                         daemon=True)
         p.start()
         procs.append(p)
-    return procs, init_method
+    error: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            dist.init_distributed(args.tp_size, 0, init_method, args.resolved_device())
+        except BaseException as e:  # NOTE: re-raised in the caller's thread
+            error.append(e)
+
+    t = threading.Thread(target=join, name="radixlm-tp-rendezvous", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)
+        dead = [(r + 1, p.exitcode) for r, p in enumerate(procs) if not p.is_alive()]
+        if dead and t.is_alive():
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"TP rank {dead[0][0]} exited (status {dead[0][1]}) before joining the group")
+    if error:
+        raise error[0]
+    return procs
 
 
 def stop_engine_followers(procs: list, timeout_s: float = 10.0) -> None:
