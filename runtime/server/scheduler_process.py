@@ -8,6 +8,7 @@ handle the same messages, step in lockstep and send nothing."""
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from multiprocessing.connection import Connection
 
@@ -247,4 +248,5 @@ def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, 
         if _tp_size(args) == 1:
             raise
         logger.error("TP rank %d lost its peers (%s: %s); exiting", rank, type(e).__name__, e)
-        raise SystemExit(1)
+        logging.shutdown()
+        os._exit(1)  # NOTE: no interpreter teardown (a broken process group or zmq context may block it)
