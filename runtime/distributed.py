@@ -13,6 +13,7 @@ every collective is a no-op, so single-device code pays nothing. Names follow SG
 from __future__ import annotations
 
 import datetime
+import os
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +47,8 @@ def init_distributed(
         tp_size: number of ranks (world size), >= 1; 1 sets up nothing.
         rank: this process's global rank in ``[0, tp_size)``.
         init_method: rendezvous address, e.g. ``tcp://10.0.0.1:29500`` (rank 0 listens there).
-        device: ``cpu`` (gloo) or ``cuda``/``cuda:N`` (NCCL; the GPU is ``local_rank``).
+        device: ``cpu`` (gloo; each rank then uses ``cpu_count // ranks_per_node`` torch threads)
+            or ``cuda``/``cuda:N`` (NCCL; the GPU is ``local_rank``).
         ranks_per_node: ranks on this node (default ``tp_size``, one node); sets ``local_rank``.
         timeout_s: collective timeout in seconds (a rank waiting longer on a peer raises).
     Raises ``ValueError`` for a rank outside the group and ``RuntimeError`` when a group is
@@ -64,6 +66,8 @@ def init_distributed(
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(local_rank)
+    else:  # NOTE: the node's ranks share its cores; oversubscribed OpenMP threads spin against each other
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(backend, init_method=init_method, world_size=tp_size, rank=rank, timeout=timeout)
