@@ -190,6 +190,7 @@ class Stats:
     invalid_ok: int = 0
     mismatches: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    misses: list[dict] = field(default_factory=list)  # rejected valid instances (``--misses``)
 
 
 def run_engine(engine: Any, tok: Any, eos: int, cases: list, timeout: float) -> Stats:
@@ -197,7 +198,7 @@ def run_engine(engine: Any, tok: Any, eos: int, cases: list, timeout: float) -> 
     bm = torch.zeros((1, (engine.vocab + 31) // 32), dtype=torch.int32)
     words = bm[0].numpy()
     signal.signal(signal.SIGALRM, _alarm)
-    for _, case, instances in cases:
+    for name, case, instances in cases:
         st.cases += 1
         schema = json.dumps(case["schema"])
         t0 = time.perf_counter()
@@ -209,20 +210,23 @@ def run_engine(engine: Any, tok: Any, eos: int, cases: list, timeout: float) -> 
             signal.setitimer(signal.ITIMER_REAL, 0)
             key = "timeout" if isinstance(e, _Timeout) else type(e).__name__
             st.errors[key] = st.errors.get(key, 0) + 1
+            st.misses.extend({"case": name, "compile_error": f"{key}: {e}"[:300], "data": t["data"]}
+                             for t in case["tests"] if t["valid"])
             # NOTE: same instance set for every engine: a schema it cannot compile rejects them all.
             st.valid += sum(1 for v, _ in instances if v)
             st.invalid += sum(1 for v, _ in instances if not v)
             continue
         st.compile_times.append(time.perf_counter() - t0)
         st.compiled += 1
-        for valid, ids in instances:
+        for (valid, ids), test in zip(instances, case["tests"]):
             try:
                 m = engine.matcher(g)
             except Exception:  # noqa: BLE001
                 st.errors["matcher"] = st.errors.get("matcher", 0) + 1
                 continue
             ok = True
-            for tid in ids + [eos]:
+            at = 0
+            for at, tid in enumerate(ids + [eos]):
                 t1 = time.perf_counter()
                 engine.fill(m, bm)
                 st.mask_times.append(time.perf_counter() - t1)
@@ -234,6 +238,9 @@ def run_engine(engine: Any, tok: Any, eos: int, cases: list, timeout: float) -> 
                     ok = False
                     break
             ok = ok and engine.done(m)
+            if valid and not ok:
+                st.misses.append({"case": name, "data": test["data"], "token": at, "of": len(ids) + 1,
+                                  "ids": ids})
             if valid:
                 st.valid += 1
                 st.valid_ok += ok
@@ -267,6 +274,9 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--timeout", type=float, default=30.0, help="compile timeout per schema (s)")
     ap.add_argument("--json", default=None, help="also write the raw figures here")
+    ap.add_argument("--misses", default=None,
+                    help="write the valid instances each engine rejects here (JSON lines: case, "
+                         "compile error or the index of the first refused token)")
     args = ap.parse_args()
     tok = load_tokenizer(args.tokenizer)
     info = GrammarCompiler(tok).tokenizer_info
@@ -292,8 +302,13 @@ def main() -> None:
     print(f"MaskBench, {len(cases)} schemas (every {args.stride}th file with tests), tokenizer {args.tokenizer} "
           f"({info.tokenizer_size} tokens), one CPU thread\n")
     print(report(results))
+    if args.misses:
+        with open(args.misses, "w") as f:
+            for k, v in results.items():
+                for miss in v.misses:
+                    f.write(json.dumps({"engine": k} | miss) + "\n")
     if args.json:
-        Path(args.json).write_text(json.dumps({k: {kk: vv for kk, vv in vars(v).items() if not kk.endswith("times")}
+        Path(args.json).write_text(json.dumps({k: {kk: vv for kk, vv in vars(v).items() if not kk.endswith("times") and kk != "misses"}
                                                | {"compile_times": v.compile_times, "mask_times": v.mask_times}
                                                for k, v in results.items()}))
 

@@ -4,8 +4,10 @@ Nodes are tuples: ``("set", ranges)``, ``("cat", items)``, ``("alt", items)``,
 ``("rep", node, min, max)``, ``("share", key, node)`` (one automaton fragment reused wherever the
 same key appears inside the enclosing ``("scope", node)``; only valid where every use continues
 identically), ``("dfa", ByteDFA)`` (an
-automaton built separately, e.g. an intersection), and ``("ref", name)`` (a grammar rule; only in
-grammars, never inside a regex).
+automaton built separately, e.g. an intersection), ``("cold", node)`` (the same language as
+``node``, marked as rarely taken: DFA states reachable only through it get their token masks on
+first visit instead of at compile time, see :func:`cold`), and ``("ref", name)`` (a grammar rule;
+only in grammars, never inside a regex).
 """
 
 from __future__ import annotations
@@ -74,6 +76,15 @@ def rep(node: Node, lo: int, hi: int | None) -> Node:
     return ("rep", node, lo, hi)
 
 
+def cold(node: Node) -> Node:
+    """``node`` marked as a rarely taken branch (e.g. an undeclared property, properties out of
+    schema order): same language; the DFA states reached only through cold branches are left out
+    of the compile-time mask precomputation (computed on first visit)."""
+    if node in (EMPTY, NOTHING) or node[0] == "cold":
+        return node
+    return ("cold", node)
+
+
 def opt(node: Node) -> Node:
     return rep(node, 0, 1)
 
@@ -105,7 +116,7 @@ class Walk:
             out = True
         elif kind in ("cat", "alt"):
             out = any(self.has_ref(n) for n in node[1])
-        elif kind in ("rep", "scope"):
+        elif kind in ("rep", "scope", "cold"):
             out = self.has_ref(node[1])
         elif kind == "share":
             out = self.has_ref(node[2])
@@ -126,7 +137,7 @@ class Walk:
         elif kind == "rep":
             copies = node[3] if node[3] is not None else node[2] + 1
             out = 1 + self.size(node[1]) * max(copies, 1)
-        elif kind == "scope":
+        elif kind in ("scope", "cold"):
             out = 1 + self.size(node[1])
         elif kind == "share":
             if node[1] in self._shares:

@@ -28,6 +28,7 @@ class _NFA:
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
         self.shared: dict[object, tuple[int, int]] = {}
+        self.gates: list[int] = []  # states whose epsilon edges enter a cold branch
 
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -53,6 +54,12 @@ class _NFA:
                 return self.build(node[1])
             finally:
                 self.shared = saved
+        if kind == "cold":
+            gate = self.new()
+            a, b = self.build(node[1])
+            self.eps[gate].append(a)
+            self.gates.append(gate)
+            return gate, b
         if kind == "set":
             return self._set(node[1])
         if kind == "cat":
@@ -158,6 +165,7 @@ class ByteDFA:
     accept: np.ndarray
     start: int
     _rows: list[list[int]] | None = field(default=None, repr=False)
+    hot: np.ndarray | None = None  # bool [n_states]: reachable without a cold branch (None: all)
 
     @property
     def n_states(self) -> int:
@@ -217,6 +225,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
             got = edge_cache[i] = [(lo, hi, close(t)) for lo, hi, t in nfa.edges[i]]
         return got
 
+    hot_nfa = _hot_states(nfa, start) if nfa.gates else None
     start_set = close(start)
     ids: dict[frozenset[int], int] = {start_set: 1}
     order = [start_set]
@@ -258,11 +267,36 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     for d, row in enumerate(rows, start=1):
         for lo, hi, t in row:
             trans[d, lo : hi + 1] = t
-    return _trim(trans, np.asarray(accept, dtype=bool))
+    hot = None
+    if hot_nfa is not None:
+        hot = np.asarray([False] + [any(hot_nfa[i] for i in key) for key in order], dtype=bool)
+    return _trim(trans, np.asarray(accept, dtype=bool), hot)
 
 
-def _trim(trans: np.ndarray, accept: np.ndarray) -> ByteDFA:
-    """Send every state that cannot reach an accepting state to 0, renumber the rest."""
+def _hot_states(nfa: _NFA, start: int) -> list[bool]:
+    """NFA states reachable from ``start`` without entering a cold branch (a gate's edges)."""
+    gate = [False] * len(nfa.eps)
+    for g in nfa.gates:
+        gate[g] = True
+    hot = [False] * len(nfa.eps)
+    hot[start] = True
+    stack = [start]
+    while stack:
+        x = stack.pop()
+        if gate[x]:
+            continue
+        nxt = list(nfa.eps[x])
+        nxt.extend(t for _, _, t in nfa.edges[x])
+        for y in nxt:
+            if not hot[y]:
+                hot[y] = True
+                stack.append(y)
+    return hot
+
+
+def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None) -> ByteDFA:
+    """Send every state that cannot reach an accepting state to 0, renumber the rest (``hot``,
+    per state, follows the renumbering)."""
     n = trans.shape[0]
     src = np.repeat(np.arange(n), 256)
     dst = trans.reshape(-1)
@@ -289,7 +323,11 @@ def _trim(trans: np.ndarray, accept: np.ndarray) -> ByteDFA:
     out[1:] = new_id[trans[kept]]
     acc = np.zeros(kept.size + 1, dtype=bool)
     acc[1:] = accept[kept]
-    return ByteDFA(out, acc, int(new_id[1]))
+    hot_out = None
+    if hot is not None:
+        hot_out = np.zeros(kept.size + 1, dtype=bool)
+        hot_out[1:] = hot[kept]
+    return ByteDFA(out, acc, int(new_id[1]), hot=hot_out)
 
 
 def dfa_from_ast(node: Node) -> ByteDFA:

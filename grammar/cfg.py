@@ -102,7 +102,7 @@ class Lowering:
         return got[1]
 
     def _symbol(self, node: Node) -> int | None:
-        while node[0] == "scope" and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
             node = node[1]
         kind = node[0]
         if kind == "ref":
@@ -156,7 +156,7 @@ class Lowering:
 
     def seq(self, node: Node) -> list[int] | None:
         """One alternative: the node as a symbol sequence, ref-free runs merged into terminals."""
-        while node[0] == "scope" and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
             node = node[1]
         items = node[1] if node[0] == "cat" else (node,)
         out: list[int] = []
@@ -184,7 +184,7 @@ class Lowering:
         return out if flush() else None
 
     def alts(self, node: Node) -> list[list[int]]:
-        while node[0] == "scope" and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
             node = node[1]
         if node[0] != "alt":
             s = self.seq(node)

@@ -36,9 +36,9 @@ class CompiledGrammar:
         self._stop = info.stop_mask()
         dense = engine.dense_masks() if hasattr(engine, "dense_masks") else None
         if dense is not None:
-            dense = dense.copy()
+            dense, missing = dense
             dense[engine.dfa.accept] |= self._stop
-            self.masks = MaskTable.from_dense(dense, self._stop)
+            self.masks = MaskTable.from_dense(dense, self._stop, missing, self._compute)
         else:
             self.masks = MaskTable(info.mask_words, self._stop, self._compute)
 

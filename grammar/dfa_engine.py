@@ -22,22 +22,31 @@ class DfaEngine:
         count = live.sum(axis=1)
         self._forced = np.where(count == 1, live.argmax(axis=1), -1)
         self._forced[dfa.accept] = -1
-        self.eager = eager and dfa.n_states <= EAGER_STATES
+        # NOTE: cold states (reachable only through a rarely taken branch, see ast.cold) are left
+        # to their first visit; every other state is precomputed when the DFA is small enough.
+        self.hot = np.arange(1, dfa.n_states) if dfa.hot is None else np.nonzero(dfa.hot)[0]
+        self.hot = self.hot[self.hot != 0]
+        self.eager = eager and self.hot.size <= EAGER_STATES
         if self.eager:
             try:
-                self.index.compute(list(range(1, dfa.n_states)))
+                self.index.compute(self.hot.tolist())
             except GrammarError:  # NOTE: compile budget spent: the rest is computed on first visit
                 self.eager = False
 
-    def dense_masks(self) -> np.ndarray | None:
-        """int32 ``[n_states, words]`` masks of every state (stop tokens excluded; row 0 dead), or
-        None when the DFA is too large to precompute (then masks are computed on first visit)."""
+    def dense_masks(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(masks, missing)``: int32 ``[n_states, words]`` masks of the precomputed states (stop
+        tokens excluded; row 0 dead) and bool ``[n_states]`` marking the cold states left to their
+        first visit; None when the DFA is too large to precompute (then every mask is computed on
+        first visit)."""
         if not self.eager:
             return None
         out = np.zeros((self.dfa.n_states, self.index.words), dtype=np.int32)
-        for s in range(1, self.dfa.n_states):
+        missing = np.ones(self.dfa.n_states, dtype=bool)
+        missing[0] = False
+        for s in self.hot.tolist():
             out[s] = self.index.masks[s]
-        return out
+            missing[s] = False
+        return out, missing
 
     def masks(self, states: list[int]) -> list[np.ndarray]:
         """Masks of ``states`` (one batched walk for those not computed yet)."""

@@ -69,3 +69,48 @@ def exactly_one(dfas: list[ByteDFA]) -> ByteDFA:
         overlap = [o for o in others if not is_empty(product(d, o, "and"))]
         parts.append(product(d, union(overlap), "diff") if overlap else d)
     return union(parts)
+
+
+def minimize(d: ByteDFA) -> ByteDFA:
+    """The minimal DFA of ``d``'s language (Moore's partition refinement, vectorized over byte
+    classes: bytes with identical columns in every state are refined together). ``hot`` states
+    (see :func:`radixlm.grammar.ast.cold`) stay hot when any merged state was hot."""
+    n = d.n_states
+    if n <= 2 or d.start == 0:
+        return d
+    cols, inverse = np.unique(d.trans.T, axis=0, return_inverse=True)
+    table = cols.T.astype(np.int64)  # [n, byte classes]
+    cls = np.where(d.accept, 2, 1).astype(np.int64)
+    cls[0] = 0
+    count = len(np.unique(cls))
+    while True:
+        check_budget("minimizing an automaton")
+        sig = np.concatenate([cls[:, None], cls[table]], axis=1)
+        _, new = np.unique(sig, axis=0, return_inverse=True)
+        new = new.reshape(-1).astype(np.int64)
+        n_new = int(new.max()) + 1
+        cls = new
+        if n_new == count:
+            break
+        count = n_new
+    # renumber: the dead state's class is 0, the others in order of first appearance
+    order = np.full(count, -1, dtype=np.int64)
+    order[cls[0]] = 0
+    nxt = 1
+    reps = np.zeros(count, dtype=np.int64)
+    for s in range(n):
+        c = cls[s]
+        if order[c] < 0:
+            order[c] = nxt
+            nxt += 1
+            reps[order[c]] = s
+    ids = order[cls]
+    trans = np.zeros((count, 256), dtype=np.int32)
+    trans[1:] = ids[d.trans[reps[1:]]]
+    accept = np.zeros(count, dtype=bool)
+    accept[ids] = d.accept
+    hot = None
+    if d.hot is not None:
+        hot = np.zeros(count, dtype=bool)
+        np.logical_or.at(hot, ids, d.hot)
+    return ByteDFA(trans, accept, int(ids[d.start]), hot=hot)

@@ -6,22 +6,29 @@ import json
 import os
 from typing import Any
 
-from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, opt, rep
+from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, cold, opt, rep
 from radixlm.grammar.automaton import dfa_from_ast
-from radixlm.grammar.dfa_ops import product, union
+from radixlm.grammar.dfa_ops import minimize, product, union
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import string, string_literal
 from radixlm.grammar.json_scalars import content_dfa
 
 
-# NOTE: an unspecified additionalProperties next to declared properties is "false" (strict, the
-# usual constrained-decoding mode) unless IMPLICIT_EXTRAS (env RADIXLM_JSON_EXTRAS=1): then any
-# undeclared key may follow the declared ones, its value any JSON value (in a single-DFA schema
-# with arrays / objects nested at most EXTRA_DEPTH levels: a sound restriction). Off by default:
-# on MaskBench it raised valid acceptance ~1 point but made the median compile ~20x slower.
+# NOTE: an unspecified additionalProperties (JSON Schema: any undeclared key is allowed) lets any
+# undeclared key follow the declared ones, its value any JSON value (in a single-DFA schema with
+# arrays / objects nested at most EXTRA_DEPTH levels: a sound restriction). RADIXLM_JSON_EXTRAS=0
+# restores the strict mode of constrained decoding (no undeclared keys unless allowed explicitly).
 IMPLICIT = "x-implicit-additional"
 EXTRA_DEPTH = 1
-IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "0") == "1"  # NOTE: off: ~20x slower compiles
+# Declared properties may come in any order (JSON Schema does not constrain it) when the automaton
+# of all orders stays small: at most ANY_ORDER_MAX properties and ANY_ORDER_BUDGET fragments
+# (every order-state holds its own copy of each remaining property; see ``_any_order``).
+# Larger objects keep schema order (a sound restriction).
+ANY_ORDER_MAX = 5
+ANY_ORDER_BUDGET = 3_000
+ANY_ORDER_HOT = 3  # in-order paths (precomputed masks) may grow the object at most this many times
+_EXTRA_VALUES: dict[tuple, Node] = {}
+IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
 
 
 class ContainerMixin:
@@ -132,10 +139,14 @@ class ContainerMixin:
         if self.grammar_mode:
             return self.any_value()
         if self._extra is None:
-            inner: Node | None = None
-            for _ in range(EXTRA_DEPTH + 1):
-                inner = ("dfa", dfa_from_ast(self._any(inner)))
-            self._extra = inner
+            key = (self.comma, self.colon, self.inner, EXTRA_DEPTH)
+            got = _EXTRA_VALUES.get(key)
+            if got is None:  # NOTE: the same automaton for every schema with these separators
+                inner: Node | None = None
+                for _ in range(EXTRA_DEPTH + 1):
+                    inner = ("dfa", minimize(dfa_from_ast(self._any(inner))))
+                got = _EXTRA_VALUES[key] = inner
+            self._extra = got
         return self._extra
 
     def object(self, s: dict) -> Node:
@@ -172,6 +183,8 @@ class ContainerMixin:
                 continue
             entries.append((cat(string_literal(k), self.colon, node), k in required))
         extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)
+        if addl is IMPLICIT:
+            extra_kv = cold(extra_kv)  # NOTE: undeclared keys are rare in outputs: masks on first visit
         uid = next(self.uid)
         n = len(entries)
         counted = lo_p > 0 or hi_p is not None
@@ -182,6 +195,10 @@ class ContainerMixin:
             room = None if hi_p is None else hi_p - c
             if extra_kv == NOTHING or room == 0:
                 return EMPTY if need == 0 else NOTHING
+            if not counted:  # NOTE: one automaton copy of the pair: both uses continue into the loop
+                kv = ("share", (uid, "kv"), extra_kv)
+                loop = ("share", (uid, "loop"), rep(cat(self.comma, kv), 0, None))
+                return opt(cat(kv, loop)) if first else loop
             if not first:
                 return rep(cat(self.comma, extra_kv), need, room)
             more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
@@ -208,8 +225,62 @@ class ContainerMixin:
             take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
             return take if req else alt(take, first(i + 1))
 
-        body = first(0)
+        tails: dict[tuple[int, bool], Node] = {}
+
+        def shared_extras(c: int, first: bool) -> Node:  # one fragment per count (if counted)
+            key = (c if counted else 0, first)
+            if key not in tails:
+                node = extras(c, first)
+                tails[key] = ("share", (uid, "x", key), node) if node not in (EMPTY, NOTHING) else node
+            return tails[key]
+
+        order_free = self._any_order(entries, shared_extras, uid, hi_p)
+        body = order_free if order_free is not None else first(0)
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
 
+    def _any_order(self, entries: list[tuple[Node, bool]], extras: Any, uid: int,
+                   hi_p: int | None) -> Node | None:
+        """The object body with the declared ``entries`` (``(key: value node, required)``) in any
+        order, each at most once, every required one present, then the undeclared pairs
+        (``extras(count, first)``). One automaton state per set of emitted properties (a
+        ``share`` per set), so the size grows as ``2^n``: None (keep schema order) past
+        ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` fragments, or with one property."""
+        n = len(entries)
+        if n < 2 or n > ANY_ORDER_MAX:
+            return None
+        sizes = [self.walk.size(kv) for kv, _ in entries]
+        if sum(sizes) * (1 << (n - 1)) > ANY_ORDER_BUDGET:
+            return None
+        # in schema order, entry i follows any subset of the optional entries before it
+        hot, optional = 0, 0
+        for size, (_, req) in zip(sizes, entries):
+            hot += size << optional
+            optional += not req
+        if hot > ANY_ORDER_HOT * sum(sizes):
+            return None
+        need = sum(1 << i for i, (_, req) in enumerate(entries) if req)
+        memo: dict[int, Node] = {}
+
+        def after(done: int) -> Node:  # the rest of the body once the entries in ``done`` are out
+            got = memo.get(done)
+            if got is not None:
+                return got
+            count = bin(done).count("1")
+            options = []
+            if hi_p is None or count < hi_p:
+                for i, (kv, _) in enumerate(entries):
+                    if not done >> i & 1:
+                        pair = kv if done == 0 else cat(self.comma, kv)
+                        if done >> i:  # NOTE: out of schema order: masks on first visit
+                            pair = cold(pair)
+                        options.append(cat(pair, after(done | 1 << i)))
+            if done & need == need:
+                options.append(extras(count, done == 0))
+            out = alt(*options)
+            out = ("share", (uid, "any", done), out) if out not in (EMPTY, NOTHING) else out
+            memo[done] = out
+            return out
+
+        return after(0)

@@ -23,6 +23,12 @@ _TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _H16 = r"[0-9a-fA-F]{1,4}"
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_PCT = r"%[0-9A-Fa-f]{2}"
+_VARNAME = rf"([A-Za-z0-9_]|{_PCT})(\.?([A-Za-z0-9_]|{_PCT}))*"
+_VARSPEC = _VARNAME + r"(:[1-9][0-9]{0,3}|\*)?"
+# RFC 6570 level 4: literals (no CTL, space, quote, %, <, >, \, ^, `, {, |, }) or %XX, and
+# expressions {op? varspec(,varspec)*}
+_URI_TEMPLATE = (rf"([^\x00-\x20\"'%<>\\^`{{|}}\x7f-\x9f]|{_PCT}|\{{[+#./;?&=,!@|]?{_VARSPEC}(,{_VARSPEC})*\}})*")
 # Decoded-string regexes (full match) of the formats we check; unknown formats are annotations.
 FORMATS = {
     "date": _DATE,
@@ -38,6 +44,8 @@ FORMATS = {
     "uri-reference": r"[^\s\"<>\\^`{|}]*",
     "iri": r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\"<>\\^`{|}]*",
     "json-pointer": r"(/([^~/]|~[01])*)*",
+    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
+    "uri-template": _URI_TEMPLATE,
     # NOTE: a sound subset of the valid regexes: no metacharacter that could leave one unbalanced
     "regex": r"[^\[\](){}*+?\\|]*",
     "duration": r"P(([0-9]+Y)?([0-9]+M)?([0-9]+D)?(T([0-9]+H)?([0-9]+M)?([0-9]+(\.[0-9]+)?S)?)?|[0-9]+W)",

@@ -48,7 +48,8 @@ class MaskTable:
         self._compute = compute
         self.max_rows = max_rows or max(64, MAX_TABLE_BYTES // (4 * words))
         self._lock = threading.Lock()
-        self._dense: np.ndarray | None = None  # int32 [n_states]: row of each DFA state
+        self._dense: np.ndarray | None = None  # int64 [n_states]: row of each DFA state (-1: not yet)
+        self._missing = 0  # DFA states whose row is computed on first visit
         self._reset_storage(np.asarray(stop_row, dtype=np.int32).reshape(1, words))
 
     def _reset_storage(self, rows: np.ndarray) -> None:
@@ -63,10 +64,16 @@ class MaskTable:
         self.generation = getattr(self, "generation", -1) + 1
 
     @classmethod
-    def from_dense(cls, masks: np.ndarray, stop_row: np.ndarray) -> "MaskTable":
-        """A complete table for states ``0..n-1`` from int32 ``[n, words]`` masks (state 0 dead)."""
+    def from_dense(cls, masks: np.ndarray, stop_row: np.ndarray, missing: np.ndarray | None = None,
+                   compute: Callable[[list[Hashable]], list[np.ndarray]] | None = None) -> "MaskTable":
+        """A table for states ``0..n-1`` from int32 ``[n, words]`` masks (state 0 dead). States
+        flagged in bool ``[n]`` ``missing`` (their rows in ``masks`` are ignored) get their row
+        from ``compute`` on first visit, then stay (never cleared)."""
         words = masks.shape[1]
-        table = cls(words, stop_row, None)
+        table = cls(words, stop_row, compute)
+        if missing is not None and missing.any():
+            masks = masks.copy()
+            masks[missing] = 0
         allrows = np.concatenate([np.asarray(stop_row, np.int32).reshape(1, words), masks])
         uniq, first, inverse = np.unique(allrows.view(np.dtype((np.void, 4 * words))).ravel(),
                                          return_index=True, return_inverse=True)
@@ -76,12 +83,25 @@ class MaskTable:
         rank[order] = np.arange(order.size)
         table._reset_storage(allrows[first[order]])
         table._dense = rank[inverse.ravel()[1:]].astype(np.int64)
+        if missing is not None and missing.any():
+            table._dense[missing] = -1
+            table._missing = int(missing.sum())
         return table
 
     @property
     def complete(self) -> bool:
         """True when every state has a row (no computation ever happens on the decode path)."""
-        return self._dense is not None
+        return self._dense is not None and not self._missing
+
+    def _fill_missing(self, ids: np.ndarray) -> None:
+        """Compute the rows of the cold DFA states among ``ids`` (see :meth:`from_dense`)."""
+        with self._lock:
+            dense = self._dense
+            todo = [int(s) for s in dict.fromkeys(ids.tolist()) if s >= 0 and dense[s] < 0]
+            if todo:
+                for s, mask in zip(todo, self._compute(todo)):
+                    dense[s] = self._add(np.asarray(mask, dtype=np.int32))
+                self._missing -= len(todo)
 
     def _add(self, mask: np.ndarray) -> int:
         key = mask.tobytes()
@@ -102,7 +122,11 @@ class MaskTable:
         if state is None:
             return 0
         if self._dense is not None:
-            return int(self._dense[state])
+            row = int(self._dense[state])
+            if row < 0:
+                self._fill_missing(np.asarray([state], dtype=np.int64))
+                row = int(self._dense[state])
+            return row
         got = self._row_of.get(state)
         return int(self.row_ids([state])[0]) if got is None else got
 
@@ -111,7 +135,11 @@ class MaskTable:
         masks of states seen for the first time in one batched call."""
         if self._dense is not None:
             ids = np.fromiter((-1 if s is None else s for s in states), dtype=np.int64, count=len(states))
-            return np.where(ids < 0, 0, self._dense[ids])  # NOTE: None (terminated): stop row 0
+            rows = np.where(ids < 0, 0, self._dense[ids])  # NOTE: None (terminated): stop row 0
+            if self._missing and (rows < 0).any():
+                self._fill_missing(ids[rows < 0])
+                rows = np.where(ids < 0, 0, self._dense[ids])
+            return rows
         with self._lock:
             row_of = self._row_of
             todo = [s for s in dict.fromkeys(states) if s is not None and s not in row_of]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
+from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie, expand
 
 REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
@@ -152,6 +153,7 @@ class DfaIndex:
         self.words = words
         self.regions = regions
         self.masks: dict[int, np.ndarray] = {}
+        self._busy: set[int] = set()  # states whose mask is being derived from a reference
         live = trans != 0
         self.n_live = live.sum(axis=1)
         self.cost = live.astype(np.int64) @ trie.byte_weight
@@ -237,6 +239,15 @@ class DfaIndex:
         return seen
 
     def _wide(self, s: int) -> np.ndarray:
+        if self.accept is None and s not in self._busy:
+            g = reference_state(self.trans, self.cost, self.trie.byte_weight, s)
+            if g and g not in self._busy:
+                self._busy.add(s)
+                try:
+                    base = self.mask(g)
+                finally:
+                    self._busy.discard(s)
+                return delta_mask(self.trans, self.trie, self.words, s, g, base, walk_from)
         region = self._region(s)
         if len(region) == 1 and s not in self._succ[s].tolist():
             if self.cost2(s) < DENSE_NODES:

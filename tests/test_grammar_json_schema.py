@@ -79,11 +79,13 @@ CASES = [
     ("const", {"const": "é"}, ["é"], ["e"]),
     ("enum filtered by type", {"type": "string", "enum": ["a", 1]}, ["a"], [1]),
     ("object required/optional", OBJ, [{"name": "x"}, {"name": "x", "age": 3}], [{"age": 3}, {"name": 1}]),
-    ("property order", OBJ, [{"name": "x", "age": 3}], [R('{"age": 3, "name": "x"}')]),
+    ("any property order", OBJ, [{"name": "x", "age": 3}, {"age": 3, "name": "x"}],
+     [{"age": 3}, R('{"age": 3, "name": "x", "age": 3}'), R('{"age": 3, "age": 3, "name": "x"}')]),
     ("additionalProperties false", {**OBJ, "additionalProperties": False}, [{"name": "x"}], [{"name": "x", "z": 1}]),
     ("additionalProperties schema", {**OBJ, "additionalProperties": {"type": "integer"}},
      [{"name": "x", "z": 1, "w": 2}], [{"name": "x", "z": "s"}, R('{"name": "x", "name": "y"}')]),
-    ("strict by default", OBJ, [{"name": "x"}], [{"name": "x", "extra": 1}]),
+    ("undeclared keys by default", OBJ, [{"name": "x"}, {"name": "x", "extra": 1}],
+     [{"extra": 1}, {"name": "x", "extra": 1, "age": "y"}, R('{"name": "x", "name": 1}')]),
     ("free-form object", {"type": "object"}, [{}, {"a": [1, {"b": None}]}], [[], "x"]),
     ("min/maxProperties", {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
      [{"a": 1}, {"b": 1, "c": 2}], [{}, {"a": 1, "b": 2, "c": 3}]),
@@ -158,16 +160,22 @@ def test_invalid_schema_text() -> None:
         json_schema_to_ast("{oops")
 
 
-def test_implicit_additional_properties_when_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With RADIXLM_JSON_EXTRAS=1 an unspecified additionalProperties allows undeclared keys (with
-    values nested at most EXTRA_DEPTH levels) after the declared ones; never a declared key twice."""
+def test_implicit_additional_properties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unspecified additionalProperties allows undeclared keys (with values nested at most
+    EXTRA_DEPTH levels); never a declared key twice or with a wrong value. RADIXLM_JSON_EXTRAS=0
+    (``IMPLICIT_EXTRAS`` False) is the strict mode: no undeclared key."""
     from radixlm.grammar import json_containers
 
-    monkeypatch.setattr(json_containers, "IMPLICIT_EXTRAS", True)
     rec = _Recognizer(OBJ)
-    for value in [{"name": "x"}, {"name": "x", "extra": 1}, {"name": "x", "age": 1, "x": [1, {}], "y": {"z": "w"}}]:
+    for value in [{"name": "x"}, {"name": "x", "extra": 1}, {"name": "x", "age": 1, "x": [1, {}], "y": {"z": "w"}},
+                  {"name": "x", "nam": 1, "names": 2, "ag": 3}, {"age": 2, "name": "x", "e": None}]:
         assert rec(json.dumps(value)), value
     for value in [{"extra": 1}, {"name": "x", "age": "y"}, {"name": "x", "name ": 1, "age": "y"},
-                  {"name": "x", "x": [[[1]]]}]:
+                  {"name": "x", "x": [[[1]]]}, {"extra": 1, "age": 1}]:
         assert not rec(json.dumps(value)), value
     assert not rec('{"name": "x", "name": "y"}')
+    assert not rec('{"x": 1, "name": "x", "name": "y"}')
+    monkeypatch.setattr(json_containers, "IMPLICIT_EXTRAS", False)
+    strict = _Recognizer({**OBJ, "title": "strict"})
+    assert strict(json.dumps({"name": "x", "age": 2}))
+    assert not strict(json.dumps({"name": "x", "extra": 1}))

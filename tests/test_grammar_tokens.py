@@ -183,14 +183,16 @@ def test_jump_forward(name: str) -> None:
     assert m.find_jump_forward_string() == "fg"
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "kind": {"enum": ["élan"]}},
               "required": ["name", "kind"]}
-    for compiled in (comp.compile_json_schema(schema),
-                     comp.compile_json_schema({**schema, "properties": {**schema["properties"], "x": {}}})):
+    for compiled, after in ((comp.compile_json_schema(schema), '"kind":'),
+                            (comp.compile_json_schema({**schema, "properties": {**schema["properties"], "x": {}}}), '"')):
         m = GrammarMatcher(compiled)
-        assert m.find_jump_forward_string() == '{"name":'
-        assert m.accept_string('{"name": "Bo"')
+        assert m.find_jump_forward_string() == '{"'  # properties in any order: the first key is a choice
+        assert m.accept_string('{"n')
+        assert m.find_jump_forward_string() == 'ame":'
+        assert m.accept_string('ame": "Bo"')
         assert m.find_jump_forward_string() == ","  # then " " or not: a choice
         assert m.accept_string(", ")
-        assert m.find_jump_forward_string() == '"kind":'
+        assert m.find_jump_forward_string() == after  # "kind" is left (and "x" in the second)
     m = GrammarMatcher(comp.compile_regex("é€|é£"))
     assert m.find_jump_forward_string() == "é"  # stops before the undecided character
     m = GrammarMatcher(comp.compile_ebnf('root: "let " NAME " = 1"\nNAME: /[a-z]+/'))
@@ -219,11 +221,15 @@ def test_jump_forward_keeps_output_valid(name: str) -> None:
         return out
 
     text = jump()
+    assert text == '{"' and m.accept_string("i")  # properties in any order: a choice
+    text += "i" + jump()
     assert text == '{"id":' and m.accept_string(" 7, ")
     text += " 7, " + jump()
     assert text == '{"id": 7, "tag":' and m.accept_string(" ")
     text += " " + jump()
-    assert text == '{"id": 7, "tag": "v1"}' and m.can_terminate()
+    assert text == '{"id": 7, "tag": "v1"' and m.accept_string("}")  # "}" or an undeclared key
+    text += "}"
+    assert m.can_terminate()
     m2 = GrammarMatcher(compiled)
     for t in encode_exact(tok, info, text):
         assert m2.accept_token(t)
