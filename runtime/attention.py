@@ -53,26 +53,39 @@ class AttentionBackend:
         k_buf, v_buf = fb.kv_pool.k_buffer[layer_id], fb.kv_pool.v_buffer[layer_id]
         ops.store_kv(k_buf, v_buf, fb.out_cache_loc, k, v)
         window = self.window(layer_id)
-        triton = ops.use_triton(q)
         if fb.mode == ForwardMode.DECODE:
-            fn = decode_attention if triton else decode_attention_ref
-            o = fn(q, k_buf, v_buf, fb.req_to_token, fb.req_pool_indices, fb.seq_lens, self.scale, window=window)
-        elif q.is_cuda and not any(fb.prefix_lens_cpu) and self._sdpa_ok(fb, window):
-            o = self._prefill_no_prefix(q, k, v, fb, window)
+            o = self._decode(q, k_buf, v_buf, fb.req_pool_indices, fb.seq_lens, fb, window)
+        elif fb.num_decode:  # mixed batch: the prefill part and the decode tail, each its kernel
+            nt, nb = q.shape[0] - fb.num_decode, fb.batch_size - fb.num_decode
+            o = torch.empty_like(q)
+            o[:nt] = self._extend(q[:nt], k[:nt], v[:nt], k_buf, v_buf, fb, window, nb)
+            o[nt:] = self._decode(q[nt:], k_buf, v_buf, fb.req_pool_indices[nb:], fb.seq_lens[nb:], fb, window)
         else:
-            fn = extend_attention if triton else extend_attention_ref
-            o = fn(
-                q, k_buf, v_buf, fb.req_to_token, fb.req_pool_indices, fb.prefix_lens, fb.extend_lens,
-                fb.extend_start_loc, self.scale, max_extend_len=max(fb.extend_lens_cpu), window=window,
-            )
+            o = self._extend(q, k, v, k_buf, v_buf, fb, window, fb.batch_size)
         return o.reshape(q.shape[0], self.num_heads * self.head_dim)
 
+    def _decode(self, q, k_buf, v_buf, req_pool_indices, seq_lens, fb: ForwardBatch, window: int) -> torch.Tensor:
+        """One query per request (q ``[B, H, D]``) over its ``seq_lens`` keys."""
+        fn = decode_attention if ops.use_triton(q) else decode_attention_ref
+        return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window)
+
+    def _extend(self, q, k, v, k_buf, v_buf, fb: ForwardBatch, window: int, nb: int) -> torch.Tensor:
+        """The first ``nb`` requests' new tokens (q ``[T', H, D]``) over their prefix and themselves."""
+        lens = fb.extend_lens_cpu[:nb]
+        if q.is_cuda and not any(fb.prefix_lens_cpu[:nb]) and self._sdpa_ok(lens, window):
+            return self._prefill_no_prefix(q, k, v, lens, window)
+        fn = extend_attention if ops.use_triton(q) else extend_attention_ref
+        return fn(
+            q, k_buf, v_buf, fb.req_to_token, fb.req_pool_indices[:nb], fb.prefix_lens[:nb], fb.extend_lens[:nb],
+            fb.extend_start_loc[:nb], self.scale, max_extend_len=max(lens), window=window,
+        )
+
     @staticmethod
-    def _sdpa_ok(fb: ForwardBatch, window: int) -> bool:
-        return window <= 0 or max(fb.extend_lens_cpu) <= max(window, SDPA_WINDOW_MASK_MAX_LEN)
+    def _sdpa_ok(extend_lens: list[int], window: int) -> bool:
+        return window <= 0 or max(extend_lens) <= max(window, SDPA_WINDOW_MASK_MAX_LEN)
 
     def _prefill_no_prefix(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fb: ForwardBatch, window: int = 0
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, extend_lens: list[int], window: int = 0
     ) -> torch.Tensor:
         """No cached prefix anywhere in the batch: causal attention over each request's own new
         tokens with torch SDPA (FlashAttention on CUDA), which measures faster here than the
@@ -80,7 +93,7 @@ class AttentionBackend:
         boolean mask ``i - W < j <= i``."""
         o = torch.empty_like(q)
         start = 0
-        for n in fb.extend_lens_cpu:
+        for n in extend_lens:
             qs, ks, vs = (t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
             mask = None
             if 0 < window < n:

@@ -40,11 +40,13 @@ class ReqSlice:
 @dataclass
 class ScheduleBatch:
     """A prefill (EXTEND) or decode batch. ``out_cache_loc`` holds the slots allocated for the
-    new tokens, in request order (int64 tensor ``[sum of lengths]``)."""
+    new tokens, in request order (int64 tensor ``[sum of lengths]``). A mixed batch is an EXTEND
+    batch whose last ``num_decode`` slices are one-token decode steps of running requests."""
 
     mode: ForwardMode
     slices: list[ReqSlice]
     out_cache_loc: object = None
+    num_decode: int = 0
     drop: set[int] = field(default_factory=set)  # overlap: id()s of requests whose token is void
 
     @property

@@ -20,8 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 def capture_batch_sizes(max_bs: int) -> list[int]:
-    """1, 2, 4, 8, then every 8 up to ``max_bs`` (inclusive when it is a multiple of 8)."""
-    sizes = [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, max_bs + 1, 8))
+    """1, 2, 4, 8, then every 8 up to 256 and every 16 beyond, up to ``max_bs`` (inclusive when
+    it is on that grid)."""
+    sizes = [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, min(max_bs, 256) + 1, 8))
+    sizes += list(range(272, max_bs + 1, 16))
     return sorted(set(sizes))
 
 

@@ -45,6 +45,7 @@ class ForwardBatch:
     extend_start_loc: torch.Tensor | None = None
     prefix_lens_cpu: list[int] | None = None
     extend_lens_cpu: list[int] | None = None
+    num_decode: int = 0  # EXTEND only: the last num_decode requests are one-token decodes (mixed)
 
     @property
     def batch_size(self) -> int:

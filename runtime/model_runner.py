@@ -22,6 +22,10 @@ from radixlm.runtime.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
+# max_running_requests derived from the KV pool: one request per this many KV tokens, clamped.
+TOKENS_PER_RUNNING_REQUEST = 256
+MAX_RUNNING_REQUESTS_RANGE = (16, 1024)
+CUDA_GRAPH_DEFAULT_MAX_BS = 512
 
 # Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
 # sampling slices in batch.slices) -> None; masks the logits in place.
@@ -55,7 +59,8 @@ class ModelRunner:
 
     Attributes: ``model``, ``cfg`` (ModelConfig), ``device``, ``dtype``, ``kv_pool`` (KVPool),
     ``req_to_token_pool`` (ReqToTokenPool), ``allocator`` (TokenToKVPoolAllocator),
-    ``max_total_tokens`` (KV pool size in tokens), ``context_len``.
+    ``max_total_tokens`` (KV pool size in tokens), ``max_running_requests`` (the concurrency cap:
+    the server arg, or derived from the KV pool), ``context_len``.
     """
 
     def __init__(self, args: ServerArgs, model_path: str, eos_token_ids: list[int]) -> None:
@@ -72,7 +77,9 @@ class ModelRunner:
             self.max_total_tokens, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype, self.device
         )
         self.allocator = TokenToKVPoolAllocator(self.max_total_tokens, self.device)
-        rows = args.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
+        lo, hi = MAX_RUNNING_REQUESTS_RANGE
+        self.max_running_requests = args.max_running_requests or min(hi, max(lo, self.max_total_tokens // TOKENS_PER_RUNNING_REQUEST))
+        rows = self.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
         pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
         self.attn_backend = AttentionBackend(
@@ -85,7 +92,8 @@ class ModelRunner:
             from radixlm.runtime.cuda_graph import CudaGraphRunner
 
             try:
-                self.cuda_graph = CudaGraphRunner(self, min(args.cuda_graph_max_bs, args.max_running_requests), pad_row)
+                max_bs = min(args.cuda_graph_max_bs or CUDA_GRAPH_DEFAULT_MAX_BS, self.max_running_requests)
+                self.cuda_graph = CudaGraphRunner(self, max_bs, pad_row)
             except RuntimeError as e:  # NOTE: serve eagerly rather than not at all
                 logger.error("CUDA graph capture failed, decoding eagerly: %s", e)
                 torch.cuda.synchronize()
@@ -150,6 +158,7 @@ class ModelRunner:
         if extend:
             fb.prefix_lens_cpu, fb.extend_lens_cpu = prefix, lens
             fb.prefix_lens, fb.extend_lens, fb.extend_start_loc = req[2], req[3], req[4]
+            fb.num_decode = batch.num_decode
         return fb
 
     @torch.inference_mode()

@@ -41,6 +41,7 @@ class SchedulerStats:
 
     num_prefill_batches: int = 0
     num_decode_batches: int = 0
+    num_mixed_batches: int = 0  # prefill batches that also carried running requests' decodes
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
@@ -176,6 +177,7 @@ class Scheduler:
         return {
             "max_total_num_tokens": self.allocator.size,
             "context_length": self.runner.context_len,
+            "max_running_requests": self.runner.max_running_requests,
             "cache_hit_rate": st.cache_hit_rate,
             "prompt_tokens": st.prompt_tokens,
             "cached_tokens": st.cached_tokens,
@@ -251,7 +253,7 @@ class Scheduler:
         for req in candidates:
             if budget <= 0 or self.chunked_req is not None:
                 break
-            if num_running + len(admitted) >= self.args.max_running_requests:
+            if num_running + len(admitted) >= self.runner.max_running_requests:
                 break
             if req.deprioritized and admitted:
                 continue
@@ -275,7 +277,25 @@ class Scheduler:
                 break
         if not slices:
             return None
-        return self._finalize(ScheduleBatch(ForwardMode.EXTEND, slices))
+        batch = ScheduleBatch(ForwardMode.EXTEND, slices)
+        return self._finalize(batch, self._mix_decodes(batch) if self.args.enable_mixed_chunk else None)
+
+    def _mix_decodes(self, batch: ScheduleBatch):
+        """Mixed batch: append a one-token decode slice for every running request, so a prefill
+        does not stall decoding (SGLang's mixed chunk). Returns their slots (int64 ``[n]``), or
+        None when there is nothing to mix or too little KV (decode then gets its own step)."""
+        if any(s.req.isolate for s in batch.slices):
+            return None
+        reqs = [r for r in self.running if not (r.needs_extend or r.isolate)]
+        if not reqs or self._available() < len(reqs):
+            return None
+        slots = self._alloc(len(reqs))
+        if slots is None:
+            return None
+        self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len for r in reqs], slots)
+        batch.slices.extend(ReqSlice(r, r.kv_len, r.kv_len + 1, True) for r in reqs)
+        batch.num_decode = len(reqs)
+        return slots
 
     def _admit(self, req: Req, budget: int, admitted: list[Req]) -> bool:
         """Match the prefix, lock it, take a req_to_token row. False when KV is short."""
@@ -315,10 +335,12 @@ class Scheduler:
         s.slots = slots
         return s
 
-    def _finalize(self, batch: ScheduleBatch) -> ScheduleBatch:
+    def _finalize(self, batch: ScheduleBatch, decode_slots=None) -> ScheduleBatch:
         import torch
 
-        slots = [s.slots for s in batch.slices]
+        slots = [s.slots for s in batch.slices[: len(batch.slices) - batch.num_decode]]
+        if decode_slots is not None:
+            slots.append(decode_slots)
         batch.out_cache_loc = torch.cat(slots) if slots else None
         return batch
 
@@ -353,9 +375,11 @@ class Scheduler:
     def _process(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
         if batch.mode == ForwardMode.EXTEND:
             self.stats.num_prefill_batches += 1
+            self.stats.num_mixed_batches += batch.num_decode > 0
         else:
             self.stats.num_decode_batches += 1
         touched = []
+        first_decode = len(batch.slices) - batch.num_decode  # mixed batch: decode slices at the tail
         for i, (s, out) in enumerate(zip(batch.slices, outs)):
             req = s.req
             if req.finished:  # NOTE: finished while this decode batch was in flight (overlap)
@@ -378,7 +402,7 @@ class Scheduler:
             elif not s.sample and s.end < req.num_tokens:
                 self.tree_cache.cache_unfinished_req(req)
                 self.chunked_req = req
-            elif batch.mode == ForwardMode.EXTEND:
+            elif batch.mode == ForwardMode.EXTEND and i < first_decode:
                 # NOTE: the prompt enters the tree right after prefill, so requests admitted
                 # next can share it while this one is still decoding.
                 self.tree_cache.cache_unfinished_req(req)

@@ -23,7 +23,9 @@ class ServerArgs:
         max_total_tokens: KV pool size in tokens; required on CPU (default 16384 there).
         chunked_prefill_size: max new tokens in one prefill batch; a longer prompt is split.
         max_prefill_tokens: token budget of one prefill batch (new tokens of all its requests).
-        max_running_requests: cap on concurrently running requests.
+        max_running_requests: cap on concurrently running requests; ``None`` (default) derives it
+            from the KV pool: ``max_total_tokens // 256`` clamped to [16, 1024]
+            (``ModelRunner.max_running_requests``).
         context_length: max prompt + output tokens; defaults to the model's max_position_embeddings.
         schedule_policy: one of lpm, dfs-weight, fcfs, lof, random.
         disable_radix_cache: use the no-op prefix cache.
@@ -33,7 +35,10 @@ class ServerArgs:
             (hides host work behind the GPU; outputs unchanged). ``None`` (default): on when the
             device resolves to CUDA, off on CPU (no GPU to overlap with).
         disable_cuda_graph: run decode eagerly on CUDA (graphs are captured by default).
-        cuda_graph_max_bs: largest decode batch replayed from a CUDA graph.
+        cuda_graph_max_bs: largest decode batch replayed from a CUDA graph; ``None`` (default):
+            ``min(512, max_running_requests)``.
+        enable_mixed_chunk: mixed batches: a prefill chunk and one decode token of every running
+            request share one forward, so arrivals do not stall decoding (default on).
         enable_jump_forward: append the text a grammar forces without sampling it (default on;
             the forced text is kept verbatim, see docs/grammar.md for the retokenization rule).
         grammar_compile_timeout_s: compile time limit per grammar; the request aborts past it.
@@ -53,7 +58,7 @@ class ServerArgs:
     max_total_tokens: int | None = None
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
-    max_running_requests: int = 256
+    max_running_requests: int | None = None
     context_length: int | None = None
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
@@ -65,7 +70,8 @@ class ServerArgs:
     log_level: str = "warning"
     enable_overlap_schedule: bool | None = None
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 256
+    cuda_graph_max_bs: int | None = None
+    enable_mixed_chunk: bool = True
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
 
     def __post_init__(self) -> None:
@@ -73,8 +79,9 @@ class ServerArgs:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:
             raise ValueError("mem_fraction_static must be in (0, 1)")
-        for name in ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size"):
-            if getattr(self, name) < 1:
+        for name in ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size",
+                     "cuda_graph_max_bs"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError("max_total_tokens must be >= 2")

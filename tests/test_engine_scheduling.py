@@ -98,6 +98,33 @@ def test_max_running_requests_is_respected(tiny_llama, alone):
     assert [r.output_ids for r in reqs] == alone
 
 
+@pytest.mark.parametrize("pool, expected", [(1024, 16), (16384, 64), (10**6, 1024)])
+def test_max_running_requests_derived_from_kv_pool(tiny_llama, pool, expected):
+    """Unset, the concurrency cap follows the KV pool (one request per 256 tokens, in [16, 1024])
+    and the req_to_token table has a row for each (plus headroom and the padding row)."""
+    sched = make_scheduler(tiny_llama, max_total_tokens=pool)
+    assert sched.runner.max_running_requests == expected == sched.server_info()["max_running_requests"]
+    assert sched.req_to_token_pool.size > expected
+
+
+def test_mixed_batch_decodes_running_requests_during_a_prefill(tiny_llama, alone):
+    """A late arrival's prefill carries one decode token of every running request, so the
+    running requests advance in the same step (and outputs stay those of running alone)."""
+    sched = make_scheduler(tiny_llama)
+    reqs = [make_req(sched, i, p) for i, p in enumerate(SNIPPETS)]
+    sched.add_request(reqs[0])
+    sched.step()  # prefill of request 0
+    before = len(reqs[0].output_ids)
+    sched.add_request(reqs[1])
+    sched.step()  # prefill of request 1 mixed with a decode of request 0
+    assert len(reqs[0].output_ids) == before + 1 and len(reqs[1].output_ids) == 1
+    assert sched.stats.num_mixed_batches == 1 and sched.stats.num_decode_batches == 0
+    assert run(sched, reqs[2:]) == alone[2:]
+    while sched.has_work():
+        sched.step()
+    assert [r.output_ids for r in reqs[:2]] == alone[:2]
+
+
 def test_oversized_prompt_is_rejected(tiny_llama):
     sched = make_scheduler(tiny_llama, max_total_tokens=16)
     with pytest.raises(ValueError, match="KV"):

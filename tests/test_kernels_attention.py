@@ -305,7 +305,7 @@ def test_windowed_sdpa_prefill_matches_extend_ref():
     starts = E.cumsum(0) - E
     slots = torch.cat([r2t[rows[b], :n].long() for b, n in enumerate(ext)])
     fb = SimpleNamespace(extend_lens_cpu=ext)
-    got = AttentionBackend(KH * G, KH, D)._prefill_no_prefix(q, k[slots], v[slots], fb, window=W)
+    got = AttentionBackend(KH * G, KH, D)._prefill_no_prefix(q, k[slots], v[slots], fb.extend_lens_cpu, window=W)
     want = extend_attention_ref(q, k, v, r2t, rows, torch.zeros(3, dtype=torch.long), E, starts, D**-0.5, window=W)
     assert torch.allclose(got, want, atol=1e-5)
 

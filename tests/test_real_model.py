@@ -98,9 +98,11 @@ def test_engine_greedy_text_equals_hf_generate(model_path, prompts, hf_outputs):
 VARIANTS = {
     "staggered_chunk8": (dict(chunked_prefill_size=8), [(i * 7) % 23 for i in range(8)]),
     "staggered_cache_off": (dict(disable_radix_cache=True), [(i * 5) % 19 for i in range(8)]),
-    "retraction_cached": (dict(max_total_tokens=200), [(i * 3) % 11 for i in range(8)]),
+    "retraction_cached": (dict(max_total_tokens=180), [(i * 3) % 11 for i in range(8)]),
     "page_size_4": (dict(page_size=4, chunked_prefill_size=16), [(i * 2) % 7 for i in range(8)]),
-    "overlap_retraction": (dict(enable_overlap_schedule=True, max_total_tokens=240), [(i * 5) % 17 for i in range(8)]),
+    "overlap_retraction": (dict(enable_overlap_schedule=True, max_total_tokens=180), [(i * 3) % 11 for i in range(8)]),
+    "staggered_no_mixed": (dict(enable_mixed_chunk=False, chunked_prefill_size=16), [(i * 3) % 13 for i in range(8)]),
+    "staggered_mixed_chunk16": (dict(chunked_prefill_size=16), [(i * 3) % 13 for i in range(8)]),
 }
 
 
@@ -115,6 +117,8 @@ def test_batching_variants_keep_greedy_outputs(model_path, prompts, hf_outputs, 
         assert sched.stats.num_retracted > 0
     if "chunk8" in name:
         assert sched.stats.num_prefill_batches > len(prompts)
+    # mixed batches (on by default) ran where arrivals met running requests, and only then
+    assert (sched.stats.num_mixed_batches > 0) == sched.args.enable_mixed_chunk
     if not kw.get("disable_radix_cache"):
         assert sched.flush_cache()
     assert sched.allocator.available_size() == sched.allocator.size
