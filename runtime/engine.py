@@ -45,8 +45,23 @@ class Engine:
         self.server_args = ServerArgs.from_kwargs(**server_args)
         tok_path = self.server_args.tokenizer_path or model_path
         self.tokenizer, eos_ids = load_tokenizer(tok_path, model_path, self.server_args.skip_tokenizer_init)
-        self.runner = ModelRunner(self.server_args, model_path, eos_ids)
-        self.scheduler = Scheduler.create(self.server_args, self.runner, self.tokenizer)
+        self._tp = None  # TPLeader under tensor parallelism (runtime/tp_worker.py)
+        self._tp_procs: list = []
+        if self.server_args.tp_size > 1:
+            from radixlm.runtime.tp_worker import TPLeader, start_engine_ranks
+
+            self._tp_procs = start_engine_ranks(self.server_args)  # NOTE: this thread is rank 0
+        try:
+            self.runner = ModelRunner(self.server_args, model_path, eos_ids)
+            self.scheduler = Scheduler.create(self.server_args, self.runner, self.tokenizer)
+        except BaseException:
+            if self._tp_procs:  # NOTE: the followers fail alike (same config); leave the group
+                from radixlm.runtime.tp_worker import stop_engine_followers
+
+                stop_engine_followers(self._tp_procs, timeout_s=5)
+            raise
+        if self._tp_procs:
+            self._tp = TPLeader(self.scheduler)
         self._inbox: queue.Queue = queue.Queue()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="radixlm-scheduler", daemon=True)
@@ -67,6 +82,10 @@ class Engine:
             self._thread.join(timeout=30)
             self.scheduler.grammar.shutdown()
             self.runner.release()
+            if self._tp_procs:
+                from radixlm.runtime.tp_worker import stop_engine_followers
+
+                stop_engine_followers(self._tp_procs)
 
     # ------------------------------------------------------ scheduler thread
     def _loop(self) -> None:
@@ -80,6 +99,9 @@ class Engine:
                     self._handle(kind, payload)
             except queue.Empty:
                 pass
+            if self._tp is not None and not self._tp.sync():  # NOTE: a TP rank is gone
+                self._stopped.set()
+                break
             if not sched.has_work():
                 sched.step()  # idle: runs the integrity self-check
                 continue
@@ -93,8 +115,12 @@ class Engine:
             if not sched.ran_batch and not touched:
                 time.sleep(0.001)  # waiting only on grammar compiles
         self._abort_all("engine shut down")
+        if self._tp is not None:
+            self._tp.stop()
 
     def _handle(self, kind: str, payload: Any) -> None:
+        if self._tp is not None:
+            self._tp.record(kind, payload)
         if kind == "add":
             req = payload
             try:

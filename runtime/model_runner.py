@@ -12,6 +12,7 @@ import torch
 
 from radixlm.runtime.attention import AttentionBackend
 from radixlm.runtime.batch import ScheduleBatch, StepOutput
+from radixlm.runtime.distributed import all_reduce_min, local_device
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from radixlm.runtime.model_config import ModelConfig
@@ -65,7 +66,7 @@ class ModelRunner:
 
     def __init__(self, args: ServerArgs, model_path: str, eos_token_ids: list[int]) -> None:
         self.args = args
-        self.device = torch.device(args.resolved_device())
+        self.device = torch.device(local_device(args.resolved_device()))  # cuda:<local rank> under TP
         self.cfg = ModelConfig.from_pretrained(model_path)
         self.dtype = resolve_dtype(args.dtype, self.cfg, self.device)
         self.model = load_model(model_path, self.cfg, self.dtype, self.device, args.load_format, args.random_seed)
@@ -74,7 +75,7 @@ class ModelRunner:
         self.max_total_tokens = self._kv_pool_size()
         c = self.cfg
         self.kv_pool = KVPool(
-            self.max_total_tokens, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype, self.device
+            self.max_total_tokens, c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.dtype, self.device
         )
         self.allocator = TokenToKVPoolAllocator(self.max_total_tokens, self.device)
         lo, hi = MAX_RUNNING_REQUESTS_RANGE
@@ -83,7 +84,7 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
         pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
         self.attn_backend = AttentionBackend(
-            c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.layer_windows
+            self.model.tp.num_heads, self.model.tp.num_kv_heads, c.head_dim, c.layer_windows
         )
         self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
         self.logits_mask_fn: LogitsMaskFn | None = None
@@ -106,7 +107,7 @@ class ModelRunner:
 
     def _kv_pool_size(self) -> int:
         c = self.cfg
-        per_token = KVPool.bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        per_token = KVPool.bytes_per_token(c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.dtype)
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             used_by_others = total - free
@@ -121,6 +122,7 @@ class ModelRunner:
                 )
         else:
             size = self.args.max_total_tokens or CPU_DEFAULT_MAX_TOTAL_TOKENS
+        size = all_reduce_min(size)  # NOTE: every TP rank must hold the same pool (same schedules)
         logger.info("KV pool: %d tokens (%.1f MiB)", size, size * per_token / 2**20)
         return size
 

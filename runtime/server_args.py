@@ -44,6 +44,10 @@ class ServerArgs:
         grammar_compile_timeout_s: compile time limit per grammar; the request aborts past it.
         grammar_backend: ``radixlm`` (default), ``xgrammar`` or ``llguidance`` (optional extras
             ``radixlm[xgrammar]`` / ``radixlm[llguidance]``).
+        tp_size: tensor-parallel ranks (one process each; NCCL on CUDA, gloo on CPU).
+        nnodes, node_rank: nodes the ``tp_size`` ranks are spread over, and this node's index.
+        dist_init_addr: ``HOST:PORT`` of torch.distributed's rendezvous (rank 0 listens there);
+            default a free local port; required with ``nnodes > 1``.
         skip_tokenizer_init: load no tokenizer (e.g. a config-only dummy model); requests must
             pass ``input_ids`` and get no text or stop strings.
     Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
@@ -73,6 +77,10 @@ class ServerArgs:
     cuda_graph_max_bs: int | None = None
     enable_mixed_chunk: bool = True
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
+    tp_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in SCHEDULE_POLICIES:
@@ -89,6 +97,12 @@ class ServerArgs:
             raise ValueError(f"grammar_backend must be radixlm, xgrammar or llguidance, got {self.grammar_backend!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.tp_size < 1 or self.nnodes < 1 or self.tp_size % self.nnodes:
+            raise ValueError(f"tp_size ({self.tp_size}) must be a positive multiple of nnodes ({self.nnodes})")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
         if self.enable_overlap_schedule is None:
             object.__setattr__(self, "enable_overlap_schedule", self.resolved_device().startswith("cuda"))
 

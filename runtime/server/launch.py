@@ -56,10 +56,8 @@ class ServerProcesses:
         self.stopping = False
         tok_path = config.tokenizer_path or config.model_path
         engine_args = config.engine_args()
-        tp_size, nnodes, node_rank = (getattr(config, k, 1) for k in ("tp_size", "nnodes", "node_rank"))
-        node_rank = getattr(config, "node_rank", 0)
-        per_node = tp_size // nnodes
-        init_method = default_init_method(config.dist_init_addr) if tp_size > 1 else None
+        node_rank, per_node = config.node_rank, config.tp_size // config.nnodes
+        init_method = default_init_method(config.dist_init_addr) if config.tp_size > 1 else None
         targets: dict[str, tuple] = {}
         for rank in range(node_rank * per_node, (node_rank + 1) * per_node):
             name = "scheduler" if rank == 0 else f"scheduler-tp{rank}"
@@ -157,7 +155,7 @@ def launch_server(config: ServerConfig) -> int:
         except InterruptedError:
             return 0
         children.watch()
-        if getattr(config, "node_rank", 0) > 0:  # NOTE: only TP ranks here; node 0 serves HTTP
+        if config.node_rank > 0:  # NOTE: only TP ranks here; node 0 serves HTTP
             logger.info("node %d: TP ranks ready, following node 0", config.node_rank)
             while not stop_requested.wait(0.5):
                 pass

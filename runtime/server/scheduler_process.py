@@ -44,7 +44,7 @@ class SchedulerServer:
         # NOTE: the server always has a tokenizer (ServerConfig rejects skip_tokenizer_init)
         self.runner = ModelRunner(args, args.model_path, eos_ids)
         self.scheduler = Scheduler.create(args, self.runner, self.tokenizer)
-        self.gate = GrammarGate(self.scheduler.grammar) if _tp_size(args) > 1 else None
+        self.gate = GrammarGate(self.scheduler.grammar) if args.tp_size > 1 else None
         self.pending: list[Req] = []  # finished outside a step (add errors, aborts)
         self._last_prefills = 0
         self._last_prompt = 0
@@ -221,10 +221,6 @@ class SchedulerServer:
                 wait_ms = 1 if not getattr(sched, "ran_batch", True) and not touched else 0
 
 
-def _tp_size(args: ServerArgs) -> int:
-    return getattr(args, "tp_size", 1)  # NOTE: ServerArgs.tp_size lands with the engine edits
-
-
 def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, rank: int = 0,
                           init_method: str | None = None) -> None:
     """Process entry of TP rank ``rank`` (0 without TP): join the TP group at ``init_method``
@@ -233,7 +229,7 @@ def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, 
     ``{"status": "error", "message": traceback}``; a lost peer rank ends the process (status 1)."""
     child_init(args.log_level, "scheduler" if rank == 0 else f"tp{rank}", paths.dir)
     try:
-        if _tp_size(args) > 1:
+        if args.tp_size > 1:
             dist.init_distributed(args.tp_size, rank, init_method, args.resolved_device(),
                                   ranks_per_node=args.tp_size // args.nnodes)
         server = SchedulerServer(args, paths, rank)
@@ -245,7 +241,7 @@ def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, 
     try:
         server.serve()
     except Exception as e:  # NOTE: a collective failed: a peer rank is gone
-        if _tp_size(args) == 1:
+        if args.tp_size == 1:
             raise
         logger.error("TP rank %d lost its peers (%s: %s); exiting", rank, type(e).__name__, e)
         logging.shutdown()
