@@ -11,8 +11,8 @@ Grammar compiles run in background threads and finish at different times on each
 leader also broadcasts which requests' grammars it found compiled; a request's grammar counts as
 ready on every rank (a follower waits for its own compile) only from that step on (the *gate*).
 
-Events: ``("add", spec)`` (:func:`req_spec`), ``("abort", (rid, message))``, ``("flush", None)``,
-``("stop", None)``. The server's scheduler process broadcasts its decoded messages instead
+Events: ``("add", spec)`` (:func:`req_spec`), ``("abort", (rid, message))``, ``("flush", args)``,
+``("release_leases", args)``, ``("stop", None)``. The server's scheduler process broadcasts its decoded messages instead
 (:mod:`radixlm.runtime.server.scheduler_process`).
 """
 
@@ -36,6 +36,7 @@ def req_spec(req: Req) -> dict:
         "rid": req.rid, "origin_input_ids": list(req.origin_input_ids), "sampling_params": req.sampling_params,
         "return_logprob": req.return_logprob, "logprob_start_len": req.logprob_start_len,
         "top_logprobs_num": req.top_logprobs_num, "stream": req.stream, "arrival": req.arrival,
+        "cache_lease": getattr(req, "cache_lease", None),
         "generator_state": None if req.generator is None else req.generator.get_state(),
     }
 
@@ -44,6 +45,8 @@ def req_from_spec(spec: dict, device: torch.device) -> Req:
     """Rebuild a request from :func:`req_spec` on this rank's ``device``."""
     spec = dict(spec)
     state = spec.pop("generator_state")
+    if spec.get("cache_lease") is None:
+        spec.pop("cache_lease", None)
     req = Req(**spec)
     if state is not None:
         req.generator = torch.Generator(device=device)
@@ -81,23 +84,36 @@ class GrammarGate:
 
 class TPLeader:
     """Rank 0 of an in-process :class:`~radixlm.runtime.engine.Engine`: records the inbox events
-    it applies and broadcasts them before each step (:meth:`sync`)."""
+    it applies and broadcasts them before each step (:meth:`sync`).
+
+    Engine calls run as closures on the scheduler thread; the ones that change scheduler state
+    (``scheduler.flush_cache``, ``tree_cache.release_leases``) are wrapped on this instance so
+    that calling them records a ``flush`` / ``release_leases`` event for the followers."""
 
     def __init__(self, scheduler) -> None:
         self.scheduler = scheduler
         self.gate = GrammarGate(scheduler.grammar)
         self.events: list[tuple[str, Any]] = []
         self.failed = False
+        self._record_calls(scheduler, "flush_cache", "flush")
+        if hasattr(scheduler.tree_cache, "release_leases"):
+            self._record_calls(scheduler.tree_cache, "release_leases", "release_leases")
+
+    def _record_calls(self, obj, method: str, kind: str) -> None:
+        inner = getattr(obj, method)
+
+        def recorded(*args):
+            self.events.append((kind, args))
+            return inner(*args)
+
+        setattr(obj, method, recorded)
 
     def record(self, kind: str, payload: Any) -> None:
-        """Note an inbox item the leader just applied (``add``: a Req; ``abort``: a rid; ``call``:
-        replicated only when it flushes the cache)."""
+        """Note an inbox item the leader just applied (``add``: a Req; ``abort``: a rid)."""
         if kind == "add":
             self.events.append(("add", req_spec(payload)))
         elif kind == "abort":
             self.events.append(("abort", (payload, "aborted")))
-        elif kind == "call" and getattr(payload[0], "__name__", "") == "flush_cache":
-            self.events.append(("flush", None))
 
     def sync(self) -> bool:
         """Broadcast the recorded events and the newly compiled grammars; call once per step.
@@ -135,7 +151,9 @@ def follower_loop(scheduler, device: torch.device) -> None:
                 elif kind == "abort":
                     scheduler.abort(*payload)
                 elif kind == "flush":
-                    scheduler.flush_cache()
+                    scheduler.flush_cache(*payload)
+                elif kind == "release_leases":
+                    scheduler.tree_cache.release_leases(*payload)
             except Exception as e:  # NOTE: rank 0 rejected it the same way
                 logger.debug("event %s failed as on rank 0: %s", kind, e)
         gate.open(ready)

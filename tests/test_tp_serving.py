@@ -45,9 +45,11 @@ def _engine_outputs(path: str, tp_size: int) -> list[list[int]]:
         greedy = engine.generate(PROMPTS, GREEDY)
         seeded = engine.generate(PROMPTS[:2], SEEDED)
         constrained = engine.generate(PROMPTS[1:], {**GREEDY, "regex": "[a-z]+ = [0-9]+"})  # grammar gate
+        leased = engine.generate(PROMPTS[2], GREEDY, cache_lease={"id": "prog", "ttl_s": 600})
+        assert engine.release_cache_lease("prog") == 1  # replicated on every rank
         engine.flush_cache()  # replicated on every rank; the next request still matches
         again = engine.generate(PROMPTS[0], GREEDY)
-    return [o["output_ids"] for o in greedy + seeded + constrained + [again]]
+    return [o["output_ids"] for o in greedy + seeded + constrained + [leased, again]]
 
 
 def test_engine_tp2_outputs_equal_tp1(varied_model):
