@@ -45,7 +45,10 @@ def main() -> None:
     ap.add_argument("--rows", default="l8b_512,l8b_bs1,l8b_gsp_on,l8b_gsp_off,small_bs1,small_2048")
     ap.add_argument("--tag", default="run", help="label of this tree (e.g. before / after)")
     ap.add_argument("--l8b-dir", default="/tmp/l8b")
-    ap.add_argument("--small-dir", default="/tmp/smollm2-config")
+    ap.add_argument("--small-dir", default="/tmp/smollm2-config", help="config.json + tokenizer files")
+    ap.add_argument("--l8b-tokenizer", default=".device/deepseek-llm",
+                    help="any real tokenizer (ids are drawn below --l8b-vocab)")
+    ap.add_argument("--l8b-vocab", type=int, default=100000)
     ap.add_argument("--server-arg", action="append", default=[], help="extra server CLI token (repeatable)")
     ap.add_argument("--output-file", default=None)
     a = ap.parse_args()
@@ -56,17 +59,19 @@ def main() -> None:
     from radixlm.runtime.server.testing import ServerProcess
 
     write_config("llama-3.1-8b", a.l8b_dir)
-    dirs = {"l8b": (a.l8b_dir, ["--context-length", "8192"]), "small": (a.small_dir, [])}
+    dirs = {"l8b": (a.l8b_dir, ["--context-length", "8192", "--tokenizer-path", a.l8b_tokenizer]),
+            "small": (a.small_dir, [])}
     for name in a.rows.split(","):
         model, extra, load = ROWS[name]
         load = load or ROWS[name.replace("_off", "_on")][2]
         path, model_args = dirs[model]
         t0 = time.perf_counter()
         server = ServerProcess(["--device", "cuda", "--model-path", path, "--load-format", "dummy",
-                                "--skip-tokenizer-init", *model_args, *extra, *a.server_arg], ready_timeout=900)
+                                *model_args, *extra, *a.server_arg], ready_timeout=900)
         ready = time.perf_counter() - t0
         try:
-            s = bench_serving.main(["--base-url", server.url, *load])
+            vocab = ["--vocab-size", str(a.l8b_vocab)] if model == "l8b" else []
+            s = bench_serving.main(["--base-url", server.url, *load, *vocab])
         finally:
             server.stop()
         s.update(row=name, tag=a.tag, ready_s=ready)

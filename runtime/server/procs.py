@@ -75,3 +75,6 @@ def child_init(log_level: str, name: str, cleanup_dir: str | None = None) -> Non
     set_process_name(f"radixlm-{name}"[:15])
     die_with_parent(cleanup_dir)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C reaches the group; the parent decides
+    from radixlm.runtime.server.profiling import maybe_profile
+
+    maybe_profile(name)  # NOTE: RADIXLM_CPROFILE_DIR only (benchmarks/h200_profile.sh)
