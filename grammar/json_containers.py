@@ -7,10 +7,11 @@ import os
 from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, cold, opt, rep
-from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
 from radixlm.grammar.dfa_ops import minimize, product, union
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.json_lexical import string, string_literal
+from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
+from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
 
 
@@ -21,14 +22,26 @@ from radixlm.grammar.json_scalars import content_dfa
 IMPLICIT = "x-implicit-additional"
 EXTRA_DEPTH = 1
 # Declared properties may come in any order (JSON Schema does not constrain it) when the automaton
-# of all orders stays small: at most ANY_ORDER_MAX properties and ANY_ORDER_BUDGET fragments
-# (every order-state holds its own copy of each remaining property; see ``_any_order``).
-# Larger objects keep schema order (a sound restriction).
-ANY_ORDER_MAX = 5
-ANY_ORDER_BUDGET = 3_000
-ANY_ORDER_HOT = 3  # in-order paths (precomputed masks) may grow the object at most this many times
+# of all orders stays small: at most ANY_ORDER_MAX properties, ANY_ORDER_BUDGET fragments, and the
+# in-order paths (precomputed masks) at most ANY_ORDER_HOT times the schema-order object (see
+# ``_any_order``). Larger objects keep schema order (a sound restriction).
+ANY_ORDER_MAX = 3
+ANY_ORDER_BUDGET = 8_000
+ANY_ORDER_HOT = 1.5
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
+
+
+def _any_key() -> ByteDFA:
+    """Any object key, each character in a ``json.dumps`` encoding only (raw, or ``\\uXXXX`` for
+    controls, quotes, backslashes and non-ASCII): a declared key then has no other spelling
+    (``"\\u0061"`` is not an undeclared key next to a declared ``"a"``)."""
+    if not _ANY_KEY:
+        _ANY_KEY.append(dfa_from_ast(cat(QUOTE, rep(encoded_char(((0, MAX_CP),)), 0, None), QUOTE)))
+    return _ANY_KEY[0]
+
+
+_ANY_KEY: list[ByteDFA] = []
 
 
 class ContainerMixin:
@@ -116,7 +129,7 @@ class ContainerMixin:
             others = [o for q, o in pat_dfas.items() if q != p]
             classes.append((d, others, pats[p]))
         if addl is not False:
-            classes.append((dfa_from_ast(string()), list(pat_dfas.values()), addl))
+            classes.append((_any_key(), list(pat_dfas.values()), addl))
         out = []
         for key, banned, value_schema in classes:
             if value_schema is False:

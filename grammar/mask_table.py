@@ -71,9 +71,10 @@ class MaskTable:
         from ``compute`` on first visit, then stay (never cleared)."""
         words = masks.shape[1]
         table = cls(words, stop_row, compute)
+        full = masks.shape[0]
         if missing is not None and missing.any():
-            masks = masks.copy()
-            masks[missing] = 0
+            present = np.nonzero(~missing)[0]
+            masks = masks[present]  # NOTE: only rows of precomputed states are deduplicated
         allrows = np.concatenate([np.asarray(stop_row, np.int32).reshape(1, words), masks])
         uniq, first, inverse = np.unique(allrows.view(np.dtype((np.void, 4 * words))).ravel(),
                                          return_index=True, return_inverse=True)
@@ -84,7 +85,9 @@ class MaskTable:
         table._reset_storage(allrows[first[order]])
         table._dense = rank[inverse.ravel()[1:]].astype(np.int64)
         if missing is not None and missing.any():
-            table._dense[missing] = -1
+            dense = np.full(full, -1, dtype=np.int64)
+            dense[present] = table._dense
+            table._dense = dense
             table._missing = int(missing.sum())
         return table
 

@@ -157,14 +157,23 @@ class DfaIndex:
         live = trans != 0
         self.n_live = live.sum(axis=1)
         self.cost = live.astype(np.int64) @ trie.byte_weight
-        n = trans.shape[0]
-        src = np.repeat(np.arange(n), 256)[live.reshape(-1)]
-        dst = trans.reshape(-1)[live.reshape(-1)]
-        pairs = np.unique(src.astype(np.int64) * n + dst)
-        self._succ = np.split(pairs % n, np.searchsorted(pairs // n, np.arange(1, n)))
-        order = np.argsort(pairs % n, kind="stable")
-        rev = pairs[order]
-        self._pred = np.split(rev // n, np.searchsorted(rev % n, np.arange(1, n)))
+        self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
+        pred)``, built on the first region lookup (cold states never need them)."""
+        if self._graph is None:
+            trans = self.trans
+            n = trans.shape[0]
+            live = (trans != 0).reshape(-1)
+            src = np.repeat(np.arange(n), 256)[live]
+            dst = trans.reshape(-1)[live]
+            pairs = np.unique(src.astype(np.int64) * n + dst)
+            succ_ptr = np.searchsorted(pairs // n, np.arange(n + 1))
+            rev = pairs[np.argsort(pairs % n, kind="stable")]
+            pred_ptr = np.searchsorted(rev % n, np.arange(n + 1))
+            self._graph = (succ_ptr, pairs % n, pred_ptr, rev // n)
+        return self._graph
 
     def cost2(self, s: int) -> int:
         """Trie nodes below the live two-byte prefixes from ``s`` (an upper bound of a walk)."""
@@ -221,17 +230,18 @@ class DfaIndex:
 
     def _region(self, s: int) -> list[int]:
         """States on cycles of <= REGION_CYCLE bytes through ``s`` (``s`` first)."""
-        fwd = self._bfs(s, self._succ)
-        back = self._bfs(s, self._pred)
+        succ_ptr, succ, pred_ptr, pred = self._neighbours()
+        fwd = self._bfs(s, succ_ptr, succ)
+        back = self._bfs(s, pred_ptr, pred)
         return [s] + sorted((fwd & back) - {s})
 
-    def _bfs(self, s: int, nbrs: list[np.ndarray]) -> set[int]:
+    def _bfs(self, s: int, ptr: np.ndarray, nbrs: np.ndarray) -> set[int]:
         seen = {s}
         frontier = [s]
         for _ in range(REGION_CYCLE):
             nxt = []
             for q in frontier:
-                for r in nbrs[q].tolist():
+                for r in nbrs[ptr[q] : ptr[q + 1]].tolist():
                     if r not in seen:
                         seen.add(r)
                         nxt.append(r)
@@ -249,7 +259,8 @@ class DfaIndex:
                     self._busy.discard(s)
                 return delta_mask(self.trans, self.trie, self.words, s, g, base, walk_from)
         region = self._region(s)
-        if len(region) == 1 and s not in self._succ[s].tolist():
+        succ_ptr, succ, _, _ = self._neighbours()
+        if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():
             if self.cost2(s) < DENSE_NODES:
                 _, node, st = walk_from(self.trans, self.trie, np.zeros(1, np.int64), np.asarray([s]))
                 if self.accept is not None:
