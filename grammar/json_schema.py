@@ -4,9 +4,13 @@ Output conventions (what a constrained model may write):
 - Whitespace: by default the separators of ``json.dumps`` (``", "`` / ``": "``) or compact ones
   (``","`` / ``":"``), nothing else; ``any_whitespace=True`` allows up to ``MAX_WS`` JSON
   whitespace characters at every token boundary.
-- Objects list properties in schema order. An unspecified ``additionalProperties`` is treated as
-  ``false`` (the usual "strict" mode of constrained decoding); ``true`` or a schema allows extra
-  properties after the declared ones.
+- Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (3) of
+  them and the automaton of all orders stays small, else in schema order (a sound restriction);
+  each at most once, every required one present. Undeclared properties follow the declared ones:
+  allowed when ``additionalProperties`` is absent (JSON Schema semantics; values nested at most
+  ``EXTRA_DEPTH`` levels in a single-DFA schema; ``RADIXLM_JSON_EXTRAS=0``: none, the "strict"
+  mode of constrained decoding), ``true`` or a schema; their keys are written as ``json.dumps``
+  does, so a declared key never comes back under another spelling (:mod:`.json_containers`).
 - Strings use the encodings ``json.dumps`` produces (raw UTF-8 or ``\\uXXXX``).
 - Bounded numbers are plain decimals (no exponent).
 - A value with no constraints (``{}`` / ``true``) is any JSON value (a recursive rule, so such
