@@ -126,7 +126,7 @@ def test_runtime_server_arguments_become_cli_flags():
     from radixlm.interpreter.runtime import _cli_args
 
     flags = _cli_args({"model_path": "m", "disable_radix_cache": True, "api_key": None,
-                       "enable_jump_forward": False, "max_total_tokens": 64, "tp_size": 2})
+                       "enable_jump_forward": False, "max_total_tokens": 64, "dp_size": 2})
     assert flags == ["--model-path", "m", "--disable-radix-cache", "--max-total-tokens", "64"]
     with pytest.raises(TypeError):
         sgl.Runtime("error", 300.0, "positional")
