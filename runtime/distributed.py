@@ -28,6 +28,7 @@ class _TPGroup:
     backend: str
     device_group: object
     cpu_group: object
+    prev_threads: int
 
 
 _TP: _TPGroup | None = None
@@ -66,20 +67,23 @@ def init_distributed(
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(local_rank)
-    else:  # NOTE: the node's ranks share its cores; oversubscribed OpenMP threads spin against each other
+    prev_threads = torch.get_num_threads()
+    if not cuda:  # NOTE: the node's ranks share its cores; oversubscribed OpenMP threads spin against each other
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(backend, init_method=init_method, world_size=tp_size, rank=rank, timeout=timeout)
     cpu_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else dist.group.WORLD
-    _TP = _TPGroup(rank, tp_size, local_rank, backend, dist.group.WORLD, cpu_group)
+    _TP = _TPGroup(rank, tp_size, local_rank, backend, dist.group.WORLD, cpu_group, prev_threads)
 
 
 def destroy_distributed() -> None:
-    """Leave and tear down the TP group (no-op when none is set up)."""
+    """Leave and tear down the TP group (no-op when none is set up); restores the torch thread
+    count :func:`init_distributed` changed."""
     global _TP
     if _TP is None:
         return
+    torch.set_num_threads(_TP.prev_threads)
     _TP = None
     if dist.is_initialized():
         dist.destroy_process_group()
