@@ -105,8 +105,9 @@ def get_local_rank() -> int:
 
 
 def local_device(device: str) -> str:
-    """``device`` as this rank uses it: ``cuda`` becomes ``cuda:<local_rank>`` under TP."""
-    if _TP is not None and device == "cuda":
+    """``device`` as this rank uses it: ``cuda`` (or any ``cuda:N``) becomes ``cuda:<local_rank>``
+    under TP."""
+    if _TP is not None and device.startswith("cuda"):
         return f"cuda:{_TP.local_rank}"
     return device
 
