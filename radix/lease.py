@@ -70,6 +70,7 @@ class LeaseTable:
         """
         if not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+        self.expire()  # NOTE: keeps the table bounded when no eviction runs (clients that never release)
         old = self.by_id.get(lease_id)
         if old is not None and old.node is not node:
             self._drop(old)

@@ -115,6 +115,12 @@ def test_ttl_expiry_and_renewal():
     clock.now = 18
     assert cache.expire_leases() == 1 and cache.num_leases() == 0
     assert cache.check_integrity() == []
+    # leases nobody releases expire even when nothing is evicted (the table stays bounded)
+    for i in range(50):
+        cache.lease(f"lost{i}", b, ttl_s=1)
+    clock.now = 20
+    cache.lease("live", b, ttl_s=10)
+    assert cache.num_leases() == 1 and b.lease_ref == 1 and cache.check_integrity() == []
 
 
 def test_release_and_move():
