@@ -52,10 +52,14 @@ def _engine_outputs(path: str, tp_size: int) -> list[list[int]]:
     return [o["output_ids"] for o in greedy + seeded + constrained + [leased, again]]
 
 
-def test_engine_tp2_outputs_equal_tp1(varied_model):
-    ref = _engine_outputs(varied_model, 1)
-    assert len(set(ref[0])) > 3  # outputs that vary, so equality means something
-    assert _engine_outputs(varied_model, 2) == ref
+@pytest.fixture(scope="module")
+def tp1_outputs(varied_model) -> list[list[int]]:
+    return _engine_outputs(varied_model, 1)
+
+
+def test_engine_tp2_outputs_equal_tp1(varied_model, tp1_outputs):
+    assert len(set(tp1_outputs[0])) > 3  # outputs that vary, so equality means something
+    assert _engine_outputs(varied_model, 2) == tp1_outputs
 
 
 def _procs_named(pid: int) -> dict[str, int]:
@@ -66,11 +70,8 @@ def _procs_named(pid: int) -> dict[str, int]:
     return out
 
 
-def test_server_tp2_equals_tp1_and_dies_with_a_rank(varied_model):
-    from radixlm.runtime.engine import Engine
-
-    with Engine(varied_model, device="cpu", max_total_tokens=1024) as engine:
-        ref = [o["output_ids"] for o in engine.generate(PROMPTS, GREEDY)]
+def test_server_tp2_equals_tp1_and_dies_with_a_rank(varied_model, tp1_outputs):
+    ref = tp1_outputs[: len(PROMPTS)]  # the TP=1 Engine's greedy outputs of PROMPTS
     srv = ServerProcess(["--model-path", varied_model, "--tp-size", "2", "--max-total-tokens", "1024"])
     try:
         got = requests.post(srv.url + "/generate", json={"text": PROMPTS, "sampling_params": GREEDY}).json()
