@@ -14,7 +14,9 @@ class ReqSlice:
     """The part of one request computed this step: ``all_ids[start:end]`` with KV written at
     positions ``start..end-1``. ``sample`` is True when ``end`` reaches the end of the request's
     tokens (a next token is drawn). Positions ``p`` in ``[logprob_from, logprob_to)`` yield the
-    input logprob of ``all_ids[p + 1]`` (an empty range when none are asked for)."""
+    input logprob of ``all_ids[p + 1]`` (an empty range when none are asked for).
+    ``draft_ids`` (speculative verify step): draft tokens that follow ``all_ids[start:]`` in this
+    slice (not yet output); every position of the slice then yields logits."""
 
     req: Req
     start: int
@@ -23,13 +25,22 @@ class ReqSlice:
     logprob_from: int = 0
     logprob_to: int = 0
     slots: object = None  # int64 [length] KV slots allocated for this slice (prefill batches)
+    draft_ids: list[int] = field(default_factory=list)
 
     @property
     def length(self) -> int:
         return self.end - self.start
 
+    def token_ids(self) -> list[int]:
+        """The slice's input token ids: the request's tokens, then the drafts."""
+        if not self.draft_ids:
+            return self.req.token_slice(self.start, self.end)
+        return self.req.token_slice(self.start, self.end - len(self.draft_ids)) + self.draft_ids
+
     def logit_positions(self) -> list[int]:
         """Absolute positions whose logits this step needs."""
+        if self.draft_ids:
+            return list(range(self.end - 1 - len(self.draft_ids), self.end))
         lo, hi = max(self.logprob_from, self.start), min(self.logprob_to, self.end)
         positions = list(range(lo, hi)) if lo < hi else []
         if self.sample and (not positions or positions[-1] != self.end - 1):
@@ -47,6 +58,7 @@ class ScheduleBatch:
     slices: list[ReqSlice]
     out_cache_loc: object = None
     num_decode: int = 0
+    verify: bool = False  # speculative verify step: an EXTEND batch of running requests only
     drop: set[int] = field(default_factory=set)  # overlap: id()s of requests whose token is void
 
     @property
@@ -65,9 +77,13 @@ class StepOutput:
     next_token_id: sampled token, or ``None`` when the slice did not reach the request's end.
     next_logprob / next_top: logprob of that token and ``[(logprob, id), ...]`` top entries.
     input_logprobs: ``{position p: (logprob of all_ids[p+1], top list)}`` for requested positions.
+    accepted_draft_ids / accepted_draft_logprobs: verify step: the accepted drafts, emitted before
+    ``next_token_id``, with their ``(logprob, top)`` when logprobs are asked for.
     """
 
     next_token_id: int | None = None
     next_logprob: float | None = None
     next_top: list[tuple[float, int]] | None = None
     input_logprobs: dict[int, tuple[float, list[tuple[float, int]] | None]] = field(default_factory=dict)
+    accepted_draft_ids: list[int] = field(default_factory=list)
+    accepted_draft_logprobs: list[tuple[float, list[tuple[float, int]] | None]] = field(default_factory=list)

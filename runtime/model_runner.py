@@ -130,7 +130,7 @@ class ModelRunner:
     def _forward_batch(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> ForwardBatch:
         ids, pos = [], []
         for s in batch.slices:
-            ids.extend(s.req.token_slice(s.start, s.end) if input_ids is None else [0] * s.length)
+            ids.extend(s.token_ids() if input_ids is None else [0] * s.length)
             pos.extend(range(s.start, s.end))
         seq_lens = [s.end for s in batch.slices]
         per_req = [[s.req.req_pool_idx for s in batch.slices], seq_lens]
@@ -223,6 +223,10 @@ class ModelRunner:
                     out.input_logprobs[p] = self._logprob_entry(logprobs[row0 + j], s.req.token_slice(p + 1, p + 2)[0], s.req.top_logprobs_num)
         # Sampling rows: the last logits row of every slice that samples.
         sample_slices = [i for i, s in enumerate(batch.slices) if s.sample]
+        if batch.verify:  # speculative verify step: slices with drafts are verified, not sampled
+            from radixlm.runtime.speculative_worker import postprocess_verify
+
+            sample_slices = postprocess_verify(self, batch, logits, per_slice, logprobs, sample_slices, outs)
         if not sample_slices:
             return outs
         row_ids = [per_slice[i][0] + len(per_slice[i][1]) - 1 for i in sample_slices]

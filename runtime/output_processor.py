@@ -43,6 +43,7 @@ class OutputProcessor:
             sp.spaces_between_special_tokens,
             sp.stop,
             sp.stop_regex or (),
+            lazy=True,  # NOTE: decoded only when the text is read (never in the server's scheduler)
         )
 
     def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
@@ -58,14 +59,20 @@ class OutputProcessor:
             return {"type": "abort", "status_code": 400,
                     "message": "sampling failed: the next-token distribution is not finite "
                                "(check temperature, penalties and the constraint)"}
-        req.output_ids.append(token)
-        if req.return_logprob:
-            req.output_logprobs.append((out.next_logprob, token, out.next_top))
         matcher = req.grammar_matcher
-        if matcher is not None and not matcher.accept_token(token):
-            return {"type": "abort", "message": f"token {token} violates the request's grammar"}
-        reason = self._check_finish(req, token)
-        if reason is None and matcher is not None and self.jump_forward and not req.return_logprob:
+        drafts, draft_lps = out.accepted_draft_ids, out.accepted_draft_logprobs
+        # NOTE: a verify step emits its accepted drafts first; tokens after a finish are dropped.
+        for m, tok in enumerate([*drafts, token] if drafts else [token]):
+            req.output_ids.append(tok)
+            if req.return_logprob:
+                lp, top = (out.next_logprob, out.next_top) if m == len(drafts) else draft_lps[m]
+                req.output_logprobs.append((lp, tok, top))
+            if matcher is not None and not matcher.accept_token(tok):
+                return {"type": "abort", "message": f"token {tok} violates the request's grammar"}
+            reason = self._check_finish(req, tok)
+            if reason is not None:
+                return reason
+        if matcher is not None and self.jump_forward and not req.return_logprob:
             reason = self._jump_forward(req, matcher)
         return reason
 

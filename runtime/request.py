@@ -80,6 +80,12 @@ class Req:
     grammar_matcher: Any = None  # the request's matcher once the grammar is ready
     grammar_error: str | None = None  # why the grammar cannot run (aborts the request)
 
+    # ---- speculative decoding (speculative_worker.py)
+    spec_index: Any = None  # NgramIndex over prompt + output (built on the first draft)
+    spec_verify_ct: int = 0  # verify steps that carried a draft
+    spec_draft_tokens: int = 0  # draft tokens proposed
+    spec_accepted_tokens: int = 0  # draft tokens accepted
+
     # ---- sampling and delivery
     generator: torch.Generator | None = None  # per-request generator of a seeded request
     sink: Callable[["Req"], None] | None = None  # in-process Engine: called with each update

@@ -61,8 +61,9 @@ class Scheduler:
 
     @staticmethod
     def create(args: ServerArgs, runner: ModelRunner, tokenizer) -> "Scheduler":
-        """A :class:`Scheduler`, or an ``OverlapScheduler`` when ``args.enable_overlap_schedule``."""
-        if args.enable_overlap_schedule:
+        """A :class:`Scheduler`, or an ``OverlapScheduler`` when ``args.enable_overlap_schedule``
+        (speculative decoding runs its verify steps without overlap)."""
+        if args.enable_overlap_schedule and not args.speculative_algorithm:
             from radixlm.runtime.overlap_scheduler import OverlapScheduler
 
             return OverlapScheduler(args, runner, tokenizer)
@@ -93,6 +94,12 @@ class Scheduler:
         self.chunked_req: Req | None = None
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.stats = SchedulerStats()
+        self.spec_drafter = None  # speculative decoding (speculative_worker.py)
+        if args.speculative_algorithm == "ngram":
+            from radixlm.runtime.speculative_worker import NgramDrafter
+
+            self.spec_drafter = NgramDrafter(args.speculative_num_draft_tokens, args.speculative_ngram_min_match_window_size,
+                                             args.speculative_ngram_max_match_window_size, tokenizer)
         self.isolate_turn = 0  # alternation of isolated decode steps (scheduler_recovery)
 
     # ------------------------------------------------------------------ API
@@ -188,6 +195,7 @@ class Scheduler:
             # NOTE: one row is the model runner's reserved padding row
             "req_rows_available": self.req_to_token_pool.available_size(),
             "req_rows_total": self.req_to_token_pool.size - 1,
+            **(self.spec_drafter.stats.as_dict() if self.spec_drafter is not None else {}),
         }
 
     def flush_cache(self) -> bool:
@@ -354,6 +362,14 @@ class Scheduler:
         reqs = pick_decode_reqs(self, [r for r in self.running if not r.needs_extend])
         if not reqs:
             return None
+        if self.spec_drafter is not None:
+            from radixlm.runtime.speculative_worker import build_verify_batch
+
+            drafts = self.spec_drafter.drafts(reqs, self._available())
+            batch = build_verify_batch(self, reqs, drafts) if any(drafts) else None
+            if batch is not None:
+                self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+                return batch
         slots = self._alloc(len(reqs))
         if slots is None:  # NOTE: one request alone outgrew the pool: it ends, the server goes on
             req = self.running.pop(0)
@@ -373,7 +389,7 @@ class Scheduler:
 
     # ------------------------------------------------------------- results
     def _process(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
-        if batch.mode == ForwardMode.EXTEND:
+        if batch.mode == ForwardMode.EXTEND and not batch.verify:
             self.stats.num_prefill_batches += 1
             self.stats.num_mixed_batches += batch.num_decode > 0
         else:
@@ -391,8 +407,12 @@ class Scheduler:
             except Exception as e:  # NOTE: a postprocessing error ends only this request
                 logger.exception("postprocessing request %s failed", req.rid)
                 reason = {"type": "abort", "status_code": 500, "message": f"internal error: {type(e).__name__}: {e}"}
+            if s.draft_ids:
+                from radixlm.runtime.speculative_worker import settle_verify_slice
+
+                settle_verify_slice(self, s, out)  # NOTE: rejected drafts' slots go back here
             if out.next_token_id is not None:
-                self.stats.generated_tokens += 1
+                self.stats.generated_tokens += 1 + len(out.accepted_draft_ids)
             if s.end >= len(req.origin_input_ids):
                 req.input_logprobs_done = True
             if reason is not None:
@@ -402,7 +422,7 @@ class Scheduler:
             elif not s.sample and s.end < req.num_tokens:
                 self.tree_cache.cache_unfinished_req(req)
                 self.chunked_req = req
-            elif batch.mode == ForwardMode.EXTEND and i < first_decode:
+            elif batch.mode == ForwardMode.EXTEND and i < first_decode and not batch.verify:
                 # NOTE: the prompt enters the tree right after prefill, so requests admitted
                 # next can share it while this one is still decoding.
                 self.tree_cache.cache_unfinished_req(req)

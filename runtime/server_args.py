@@ -50,6 +50,12 @@ class ServerArgs:
             default a free local port; required with ``nnodes > 1``.
         skip_tokenizer_init: load no tokenizer (e.g. a config-only dummy model); requests must
             pass ``input_ids`` and get no text or stop strings.
+        speculative_algorithm: ``None`` (off) or ``"ngram"`` (case-insensitive): prompt-lookup
+            drafts (and grammar-forced ones) verified in one forward per step
+            (:mod:`radixlm.runtime.speculative_worker`); turns overlap scheduling off.
+        speculative_num_draft_tokens: most draft tokens per request and step (k).
+        speculative_ngram_min_match_window_size / speculative_ngram_max_match_window_size: the
+            shortest and longest suffix matched against the request's prompt and output.
     Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
     """
 
@@ -77,12 +83,26 @@ class ServerArgs:
     cuda_graph_max_bs: int | None = None
     enable_mixed_chunk: bool = True
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
+    speculative_algorithm: str | None = None
+    speculative_num_draft_tokens: int = 4
+    speculative_ngram_min_match_window_size: int = 1
+    speculative_ngram_max_match_window_size: int = 12
     tp_size: int = 1
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
 
     def __post_init__(self) -> None:
+        algo = self.speculative_algorithm
+        if isinstance(algo, str):
+            algo = None if algo.lower() in ("", "none") else algo.lower()
+        if algo not in (None, "ngram"):
+            raise ValueError(f"speculative_algorithm must be ngram or None, got {self.speculative_algorithm!r}")
+        object.__setattr__(self, "speculative_algorithm", algo)
+        if self.speculative_num_draft_tokens < 1:
+            raise ValueError("speculative_num_draft_tokens must be >= 1")
+        if not 1 <= self.speculative_ngram_min_match_window_size <= self.speculative_ngram_max_match_window_size:
+            raise ValueError("need 1 <= speculative_ngram_min_match_window_size <= speculative_ngram_max_match_window_size")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:

@@ -164,3 +164,59 @@ def run_verify(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[Seque
         row += len(d) + 1
     mask_draft_rows(logits, reqs, drafts, offsets, eos_ids)
     return verify_drafts(logits, reqs, drafts, generator)
+
+
+def postprocess_verify(runner: Any, batch: Any, logits: torch.Tensor, per_slice: Sequence[tuple[int, list[int]]],
+                       logprobs: torch.Tensor | None, sample_slices: list[int], outs: list) -> list[int]:
+    """The model runner's part of a verify step: verify the slices of ``sample_slices`` that carry
+    drafts (rows of ``logits`` per ``per_slice``), fill their ``StepOutput`` (accepted drafts,
+    next token, logprobs from the raw ``logprobs`` rows when asked) and return the indices of
+    the other sampling slices (sampled as usual)."""
+    spec = [i for i in sample_slices if batch.slices[i].draft_ids]
+    if not spec:
+        return sample_slices
+    rows = [per_slice[i][0] + j for i in spec for j in range(len(per_slice[i][1]))]
+    vlogits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]
+    reqs = [batch.slices[i].req for i in spec]
+    drafts = [batch.slices[i].draft_ids for i in spec]
+    tokens = run_verify(vlogits, reqs, drafts, runner.eos_token_ids, runner.generator)
+    for i, req, toks in zip(spec, reqs, tokens):
+        out = outs[i]
+        out.accepted_draft_ids, out.next_token_id = toks[:-1], toks[-1]
+        if req.return_logprob and logprobs is not None and toks[-1] >= 0:
+            row0 = per_slice[i][0]
+            entries = [runner._logprob_entry(logprobs[row0 + m], t, req.top_logprobs_num) for m, t in enumerate(toks)]
+            out.accepted_draft_logprobs = entries[:-1]
+            out.next_logprob, out.next_top = entries[-1]
+    return [i for i in sample_slices if not batch.slices[i].draft_ids]
+
+
+# ---------------------------------------------------------------------------- scheduler side
+def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequence[int]]) -> Any:
+    """The verify step replacing a decode step: one slice of ``1 + len(draft)`` positions per
+    request (KV slots allocated and written to the req_to_token table), as an EXTEND batch with
+    ``verify=True``. Returns None when the slots cannot be had (the caller decodes plainly)."""
+    from radixlm.runtime.batch import ReqSlice, ScheduleBatch
+    from radixlm.runtime.forward_batch import ForwardMode
+
+    lens = [1 + len(d) for d in drafts]
+    slots = sched._alloc(sum(lens))
+    if slots is None:
+        return None
+    rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
+    positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
+    sched.req_to_token_pool.write_batch(rows, positions, slots)
+    slices = [ReqSlice(r, r.kv_len, r.kv_len + n, True, draft_ids=list(d)) for r, n, d in zip(reqs, lens, drafts)]
+    return ScheduleBatch(ForwardMode.EXTEND, slices, out_cache_loc=slots, verify=True)
+
+
+def settle_verify_slice(sched: Any, s: Any, out: Any) -> None:
+    """After a verify slice's output was processed: keep the KV of the accepted positions, give
+    the slots of the rejected ones back to the allocator, set ``req.kv_len`` and count the step."""
+    req = s.req
+    accepted = len(out.accepted_draft_ids)
+    keep = kept_kv_len(s.start, accepted, req.num_tokens)
+    if keep < s.end and req.req_pool_idx is not None:
+        sched.allocator.free(sched.req_to_token_pool.read(req.req_pool_idx, s.end, keep))
+    req.kv_len = min(keep, s.end)
+    sched.spec_drafter.record(len(s.draft_ids), accepted, req)
