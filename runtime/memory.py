@@ -31,13 +31,23 @@ class TokenToKVPoolAllocator:
     def clear(self) -> None:
         """Mark every slot free."""
         self._free = torch.arange(1, self.size + 1, dtype=torch.int64)
+        self._freed: list[torch.Tensor] = []  # freed since the last merge, in order
+        self._num_freed = 0
 
     def available_size(self) -> int:
         """Number of free slots."""
-        return int(self._free.numel())
+        return int(self._free.numel()) + self._num_freed
+
+    def _merge_freed(self) -> None:
+        # NOTE: freed slots queue up and join the free list in one concatenation when needed, so
+        # a free costs O(k), not O(pool) (a copy of ~1M slots per finished request before).
+        if self._freed:
+            self._free = torch.cat([self._free, *self._freed])
+            self._freed, self._num_freed = [], 0
 
     def free_slots(self) -> torch.Tensor:
         """The free slots (CPU int64 ``[available_size()]``, a copy) for integrity checks."""
+        self._merge_freed()
         return self._free.clone()
 
     def alloc(self, n: int) -> torch.Tensor | None:
@@ -50,7 +60,9 @@ class TokenToKVPoolAllocator:
         if n < 0:
             raise ValueError(f"cannot allocate {n} slots")
         if n > self._free.numel():
-            return None
+            if n > self.available_size():
+                return None
+            self._merge_freed()
         out, self._free = self._free[:n], self._free[n:]
         return out.to(self.device)
 
@@ -58,7 +70,8 @@ class TokenToKVPoolAllocator:
         """Return slots to the free list. ``indices``: int tensor ``[k]``; empty is a no-op."""
         if indices.numel() == 0:
             return
-        self._free = torch.cat([self._free, indices.detach().to("cpu", torch.int64).flatten()])
+        self._freed.append(indices.detach().to("cpu", torch.int64).flatten())
+        self._num_freed += self._freed[-1].numel()
 
 
 class ReqToTokenPool:

@@ -196,6 +196,26 @@ def test_detokenizer_never_splits_utf8(tiny_llama):
     assert all("\ufffd" not in p for p in pieces)
 
 
+def test_lazy_detokenizer_gives_the_eager_text(tiny_llama):
+    """Lazy (the server's scheduler, no stop strings): nothing is decoded until ``text`` is read,
+    and then the text equals the eager one, held-back bytes included after ``flush``."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    ids = tok.encode("héllo wörld ✓ 日本語 — done")
+    prompt = tok.encode("Say:")
+    eager, lazy = IncrementalDetokenizer(tok, prompt), IncrementalDetokenizer(tok, prompt, lazy=True)
+    for k, t in enumerate(ids):
+        eager.append(t)
+        assert lazy.append(t) == ""
+        if k == len(ids) // 2:
+            assert lazy.text == eager.text  # read mid-way, then keeps going
+    assert lazy.flush() == "" and lazy.text == eager.text + eager.flush() == eager.text
+    with_stop = IncrementalDetokenizer(tok, prompt, stop=["wörld"], lazy=True)  # stop strings: eager
+    assert any([with_stop.append(t) for t in ids])  # decoded as it goes
+    assert with_stop.text == "héllo " and with_stop.matched_stop == "wörld"
+
+
 def test_default_model_is_created_on_first_use():
     """No model path: SmolLM2-135M-Instruct, converted from the wheel's GGUF into the cache."""
     import json

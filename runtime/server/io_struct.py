@@ -205,15 +205,22 @@ _TAG = "__msg__"
 _TYPES: dict[str, type] = {}
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # message class -> its field names (encode hot path)
+
+
 def _register() -> None:
     for obj in list(globals().values()):
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj is not IpcPaths:
             _TYPES[obj.__name__] = obj
+            _FIELDS[obj] = tuple(f.name for f in dataclasses.fields(obj))
 
 
 def _default(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and type(obj).__name__ in _TYPES:
-        return {_TAG: type(obj).__name__, **{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}}
+    names = _FIELDS.get(type(obj))
+    if names is not None:
+        out = {name: getattr(obj, name) for name in names}
+        out[_TAG] = type(obj).__name__
+        return out
     if isinstance(obj, (set, frozenset)):
         return list(obj)
     return str(obj)  # NOTE: e.g. a dtype in server_info; data, never code
