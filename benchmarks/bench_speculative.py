@@ -1,0 +1,141 @@
+"""N-gram speculative decoding vs plain decoding at batch 1 (issue 14), same run, same prompts.
+
+Workloads (greedy, chat template of the model):
+  extraction   passages with names, dates and quantities -> JSON with quoted spans (free text)
+  extract_json the same with a ``json_schema`` constraint (grammar-forced drafts join n-gram ones)
+  summarize    a summary that quotes the passage verbatim
+
+Per workload and mode it reports forward passes per output token (all batches, prefill included,
+over output tokens), wall time per request, draft acceptance, and whether the outputs are
+identical to plain decoding's (greedy speculation must not change them).
+
+    # CPU, default model (SmolLM2-135M-Instruct), fp32:
+    .venv/bin/python benchmarks/bench_speculative.py --num-prompts 6 --max-new-tokens 96
+    # GPU:
+    python benchmarks/bench_speculative.py --device cuda --dtype bfloat16 --model-path PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+FIRST = ["Maria", "Jonas", "Aiko", "Pedro", "Fatima", "Liam", "Chen", "Olga", "Kwame", "Sofia"]
+LAST = ["Alvarez", "Becker", "Tanaka", "Silva", "Haddad", "O'Brien", "Wei", "Petrova", "Mensah", "Rossi"]
+CITIES = ["Lisbon", "Hamburg", "Osaka", "Recife", "Beirut", "Galway", "Chengdu", "Kazan", "Accra", "Turin"]
+ITEMS = ["tons of wheat", "solar panels", "liters of olive oil", "laptops", "bags of cement", "bicycles"]
+MONTHS = ["January", "March", "April", "June", "August", "October", "November"]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "people": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 4},
+        "dates": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 4},
+        "quantities": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 4},
+    },
+    "required": ["people", "dates", "quantities"],
+}
+
+
+def passage(rng: random.Random) -> str:
+    a, b = (f"{rng.choice(FIRST)} {rng.choice(LAST)}" for _ in range(2))
+    d1 = f"{rng.choice(MONTHS)} {rng.randint(1, 28)}, {rng.randint(1990, 2024)}"
+    d2 = f"{rng.choice(MONTHS)} {rng.randint(1, 28)}, {rng.randint(1990, 2024)}"
+    q1, q2 = f"{rng.randint(12, 950)} {rng.choice(ITEMS)}", f"{rng.randint(3, 80)} {rng.choice(ITEMS)}"
+    city = rng.choice(CITIES)
+    return (f"On {d1}, {a} signed a contract in {city} to deliver {q1} to the cooperative run by {b}. "
+            f"The first shipment left the port on {d2} and carried {q2}. {b} said the deal "
+            f"\"changes everything for the farmers of {city}\" and thanked {a} for the patience.")
+
+
+def workloads(n: int, seed: int) -> dict[str, list[tuple[str, dict]]]:
+    rng = random.Random(seed)
+    texts = [passage(rng) for _ in range(n)]
+    extract = ("Extract every person, date and quantity from the passage. Answer with JSON only, "
+               "{{\"people\": [...], \"dates\": [...], \"quantities\": [...]}}, copying each span "
+               "exactly as written.\n\nPassage: {p}")
+    summarize = ("Summarize the passage in two sentences. Quote the sentence that {who} said "
+                 "word for word, in double quotes.\n\nPassage: {p}")
+    return {
+        "extraction": [(extract.format(p=p), {}) for p in texts],
+        "extract_json": [(extract.format(p=p), {"json_schema": json.dumps(SCHEMA)}) for p in texts],
+        "summarize": [(summarize.format(p=p, who="the cooperative's head"), {}) for p in texts],
+    }
+
+
+def run_mode(engine, tok, prompts: list[tuple[str, dict]], max_new: int) -> dict:
+    stats = engine.scheduler.stats
+    drafter = getattr(engine.scheduler, "spec_drafter", None)
+    spec0 = (drafter.stats.spec_draft_tokens, drafter.stats.spec_accepted_tokens) if drafter else (0, 0)
+    passes0 = stats.num_prefill_batches + stats.num_decode_batches
+    outs, times, tokens = [], [], 0
+    for text, extra in prompts:
+        chat = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                       add_generation_prompt=True)
+        t0 = time.perf_counter()
+        r = engine.generate(chat, {"max_new_tokens": max_new, "temperature": 0, **extra})
+        times.append(time.perf_counter() - t0)
+        outs.append(r["output_ids"])
+        tokens += len(r["output_ids"])
+    passes = stats.num_prefill_batches + stats.num_decode_batches - passes0
+    rate = None
+    if drafter is not None:
+        proposed = drafter.stats.spec_draft_tokens - spec0[0]
+        rate = (drafter.stats.spec_accepted_tokens - spec0[1]) / proposed if proposed else 0.0
+    return {"outs": outs, "passes": passes, "tokens": tokens, "time": sum(times) / len(times), "accept_rate": rate}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path", default=None, help="default: SmolLM2-135M-Instruct")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--num-prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--num-draft-tokens", type=int, default=4, help="speculative_num_draft_tokens (k)")
+    ap.add_argument("--min-window", type=int, default=1)
+    ap.add_argument("--max-window", type=int, default=12)
+    ap.add_argument("--workloads", default="extraction,extract_json,summarize")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import torch
+
+    from radixlm import Engine
+
+    torch.set_num_threads(max(torch.get_num_threads(), 1))
+    loads = workloads(args.num_prompts, args.seed)
+    names = [w for w in args.workloads.split(",") if w]
+    common = dict(model_path=args.model_path, device=args.device, dtype=args.dtype)
+    spec = dict(speculative_algorithm="ngram", speculative_num_draft_tokens=args.num_draft_tokens,
+                speculative_ngram_min_match_window_size=args.min_window,
+                speculative_ngram_max_match_window_size=args.max_window)
+    results: dict[str, dict[str, dict]] = {w: {} for w in names}
+    for mode, kw in (("plain", {}), ("ngram", spec)):
+        with Engine(**common, **kw) as engine:
+            tok = engine.tokenizer
+            run_mode(engine, tok, loads[names[0]][:1], 8)  # warm-up (not counted)
+            for w in names:
+                results[w][mode] = run_mode(engine, tok, loads[w], args.max_new_tokens)
+    print(f"device={args.device} dtype={args.dtype} model={args.model_path or 'SmolLM2-135M-Instruct'} "
+          f"k={args.num_draft_tokens} windows={args.min_window}..{args.max_window} "
+          f"prompts={args.num_prompts} max_new_tokens={args.max_new_tokens} batch=1")
+    print("| workload | mode | out tokens | fwd passes / out token | wall s / request | speedup | draft accept rate | identical |")
+    print("|---|---|---|---|---|---|---|---|")
+    for w in names:
+        base = results[w]["plain"]
+        for mode in ("plain", "ngram"):
+            r = results[w][mode]
+            same = "-" if mode == "plain" else ("yes" if r["outs"] == base["outs"] else "NO")
+            rate = "-" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}"
+            print(f"| {w} | {mode} | {r['tokens']} | {r['passes'] / max(r['tokens'], 1):.3f} | "
+                  f"{r['time']:.3f} | {base['time'] / r['time']:.2f}x | {rate} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
