@@ -30,9 +30,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--server-arg", action="append", default=[], help="extra server CLI token (repeatable)")
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("bench", nargs=argparse.REMAINDER, help="bench_serving.py args after --")
+    ap.add_argument("--client", choices=["serving", "constrained"], default="serving",
+                    help="load generator: bench_serving.py or bench_constrained.py (its args after --)")
+    ap.add_argument("bench", nargs=argparse.REMAINDER, help="the client's args after --")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(__file__))
+    import bench_constrained
     import bench_serving
 
     from radixlm.runtime.server.testing import ServerProcess, child_pids
@@ -47,7 +50,8 @@ def main() -> None:
     start = {p: cpu_seconds(p) for p in pids}
     t0 = time.perf_counter()
     try:
-        bench_serving.main(["--base-url", server.url, *[x for x in a.bench if x != "--"]])
+        client = bench_serving if a.client == "serving" else bench_constrained
+        client.main(["--base-url", server.url, *[x for x in a.bench if x != "--"]])
         wall = time.perf_counter() - t0
         used = {p: cpu_seconds(p) - start[p] for p in pids}
     finally:
