@@ -48,6 +48,16 @@ class SpecStats:
                 "spec_accept_length": self.spec_accept_length}
 
 
+def spec_meta_info(req: Any) -> dict[str, float]:
+    """The request's speculation figures for ``meta_info`` ({} when no verify step carried a
+    draft): ``spec_verify_ct``, ``spec_draft_tokens``, ``spec_accepted_tokens``, ``spec_accept_rate``."""
+    if not req.spec_verify_ct:
+        return {}
+    return {"spec_verify_ct": req.spec_verify_ct, "spec_draft_tokens": req.spec_draft_tokens,
+            "spec_accepted_tokens": req.spec_accepted_tokens,
+            "spec_accept_rate": req.spec_accepted_tokens / max(req.spec_draft_tokens, 1)}
+
+
 def speculates(req: Any) -> bool:
     """Whether ``req`` may get drafts: penalties depend on the tokens before each position, so
     requests with frequency/presence/repetition penalties decode one token at a time."""

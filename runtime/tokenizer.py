@@ -49,9 +49,9 @@ def make_output(req: Req, tokenizer, return_text_in_logprobs: bool = False) -> d
         "e2e_latency": time.perf_counter() - (req.t0 or time.perf_counter()),
     }
     if req.spec_verify_ct:  # speculative decoding: verify steps with a draft, draft acceptance
-        meta.update(spec_verify_ct=req.spec_verify_ct, spec_draft_tokens=req.spec_draft_tokens,
-                    spec_accepted_tokens=req.spec_accepted_tokens,
-                    spec_accept_rate=req.spec_accepted_tokens / max(req.spec_draft_tokens, 1))
+        from radixlm.runtime.speculative_worker import spec_meta_info
+
+        meta.update(spec_meta_info(req))
     if req.return_logprob:
         inp, inp_top = _entries(tokenizer, req.input_logprobs, return_text_in_logprobs)
         out, out_top = _entries(tokenizer, req.output_logprobs, return_text_in_logprobs)

@@ -63,7 +63,7 @@ class DetokenizerManager:
             rid=out.rid, text=st.detok.text, new_output_ids=out.new_output_ids, finish_reason=out.finish_reason,
             prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens,
             completion_tokens=out.completion_tokens, new_input_logprobs=inp, new_input_top=inp_top,
-            new_output_logprobs=outp, new_output_top=out_top,
+            new_output_logprobs=outp, new_output_top=out_top, spec_info=out.spec_info,
         )
 
 

@@ -150,6 +150,9 @@ class SchedulerSnapshot:
     kv_total_tokens: int
     cache_hit_rate: float
     num_retracted: int
+    spec_verify_ct: int = 0  # speculative decoding: verify steps with a draft (cumulative)
+    spec_draft_tokens: int = 0  # draft tokens proposed (cumulative)
+    spec_accepted_tokens: int = 0  # draft tokens accepted (cumulative)
 
 
 @dataclass
@@ -165,6 +168,7 @@ class TokenIDOut:
     new_input_logprobs: list[RawLogprob] = field(default_factory=list)
     new_output_logprobs: list[RawLogprob] = field(default_factory=list)
     detok: DetokInit | None = None  # set on the request's first output
+    spec_info: dict | None = None  # speculative decoding figures for meta_info (cumulative)
 
 
 @dataclass
@@ -189,6 +193,7 @@ class StrOut:
     new_input_top: list[list | None] = field(default_factory=list)
     new_output_logprobs: list[list] = field(default_factory=list)
     new_output_top: list[list | None] = field(default_factory=list)
+    spec_info: dict | None = None  # speculative decoding figures for meta_info (cumulative)
 
 
 @dataclass

@@ -46,6 +46,12 @@ class ServerMetrics:
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end request latency")
         self.grammar_compile = hist("grammar_compile_seconds", "Grammar compile time (validation)")
         self._retracted_seen = 0
+        self.spec = {k: counter(k, doc) for k, doc in (
+            ("spec_verify_ct", "Speculative verify steps that carried a draft (per request)"),
+            ("spec_draft_tokens", "Speculative draft tokens proposed"),
+            ("spec_accepted_tokens", "Speculative draft tokens accepted"))}
+        self.spec_accept_rate = gauge("spec_accept_rate", "Accepted / proposed speculative draft tokens")
+        self._spec_seen = dict.fromkeys(self.spec, 0)
 
     def observe_snapshot(self, s: SchedulerSnapshot) -> None:
         self.num_running.set(s.num_running)
@@ -56,6 +62,13 @@ class ServerMetrics:
         if s.num_retracted > self._retracted_seen:
             self.retracted.inc(s.num_retracted - self._retracted_seen)
             self._retracted_seen = s.num_retracted
+        for k, c in self.spec.items():
+            v = getattr(s, k, 0)
+            if v > self._spec_seen[k]:
+                c.inc(v - self._spec_seen[k])
+                self._spec_seen[k] = v
+        if s.spec_draft_tokens:
+            self.spec_accept_rate.set(s.spec_accepted_tokens / s.spec_draft_tokens)
 
     def observe_finish(self, prompt: int, completion: int, cached: int, e2e_s: float, aborted: bool) -> None:
         self.requests.inc()

@@ -25,6 +25,7 @@ from radixlm.runtime.server.io_struct import (
 )
 from radixlm.runtime.server.procs import child_init
 from radixlm.runtime.server_args import ServerArgs
+from radixlm.runtime.speculative_worker import spec_meta_info
 
 logger = logging.getLogger("radixlm.scheduler")
 
@@ -154,6 +155,8 @@ class SchedulerServer:
             kv_total_tokens=total,
             cache_hit_rate=s.stats.cache_hit_rate,
             num_retracted=s.stats.num_retracted,
+            **({k: getattr(s.spec_drafter.stats, k) for k in ("spec_verify_ct", "spec_draft_tokens", "spec_accepted_tokens")}
+               if s.spec_drafter is not None else {}),
         )
 
     def _out(self, req: Req) -> TokenIDOut:
@@ -171,6 +174,7 @@ class SchedulerServer:
             new_input_logprobs=list(inp[sent[1]:]),
             new_output_logprobs=list(outp[sent[2]:]),
             detok=req.detok_init if first else None,
+            spec_info=spec_meta_info(req) or None,
         )
 
     def _send(self, reqs: list[Req]) -> None:

@@ -58,6 +58,7 @@ class ReqState:
     input_top: list = field(default_factory=list)
     output_lp: list = field(default_factory=list)
     output_top: list = field(default_factory=list)
+    spec_info: dict | None = None  # speculative decoding figures (meta_info)
     started: bool = False
     first_token_t: float | None = None
     last_token_t: float | None = None
@@ -77,6 +78,8 @@ class ReqState:
             "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
             "e2e_latency": time.perf_counter() - self.t0,
         }
+        if self.spec_info:
+            meta.update(self.spec_info)
         if self.return_logprob:
             meta.update(input_token_logprobs=self.input_lp, output_token_logprobs=self.output_lp)
             if self.top_logprobs_num:
@@ -170,6 +173,7 @@ class TokenizerManager:
         st.text = out.text
         st.output_ids.extend(out.new_output_ids)
         st.prompt_tokens, st.cached_tokens, st.completion_tokens = out.prompt_tokens, out.cached_tokens, out.completion_tokens
+        st.spec_info = out.spec_info or st.spec_info
         st.input_lp.extend(out.new_input_logprobs)
         st.input_top.extend(out.new_input_top)
         st.output_lp.extend(out.new_output_logprobs)
