@@ -109,6 +109,13 @@ def test_logprobs_and_streaming_match(plain, spec):
         assert t1 == t2 and abs(lp1 - lp2) < 1e-3
     assert [t for _, t, _ in have["meta_info"]["output_top_logprobs"][3]] == \
         [t for _, t, _ in want["meta_info"]["output_top_logprobs"][3]]
+    # jump-forward is off for logprob requests: the grammar's forced strings come as drafts
+    pj = {"max_new_tokens": 60, "temperature": 0, "json_schema": json.dumps(SCHEMA)}
+    want_j = e.generate(texts[6], pj, return_logprob=True)
+    have_j = spec.generate(texts[6], pj, return_logprob=True)
+    assert have_j["output_ids"] == want_j["output_ids"] and have_j["text"] == want_j["text"]
+    json.loads(have_j["text"])
+    assert have_j["meta_info"]["spec_accepted_tokens"] >= 4  # '{"people": ["' etc. are forced
     chunks = list(spec.generate(texts[0], p, stream=True))
     assert chunks[-1]["text"] == want["text"] and chunks[-1]["output_ids"] == want["output_ids"]
     assert len(chunks) < len(want["output_ids"])  # several tokens per chunk
