@@ -18,6 +18,7 @@ identical to plain decoding's (greedy speculation must not change them).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import sys
@@ -122,6 +123,10 @@ def main() -> None:
             run_mode(engine, tok, loads[names[0]][:1], 8)  # warm-up (not counted)
             for w in names:
                 results[w][mode] = run_mode(engine, tok, loads[w], args.max_new_tokens)
+        del engine
+        gc.collect()
+        if torch.cuda.is_available():  # NOTE: the next Engine sizes its KV pool from free memory
+            torch.cuda.empty_cache()
     print(f"device={args.device} dtype={args.dtype} model={args.model_path or 'SmolLM2-135M-Instruct'} "
           f"k={args.num_draft_tokens} windows={args.min_window}..{args.max_window} "
           f"prompts={args.num_prompts} max_new_tokens={args.max_new_tokens} batch=1")

@@ -27,6 +27,8 @@ CPU_DEFAULT_MAX_TOTAL_TOKENS = 16384
 TOKENS_PER_RUNNING_REQUEST = 256
 MAX_RUNNING_REQUESTS_RANGE = (16, 1024)
 CUDA_GRAPH_DEFAULT_MAX_BS = 512
+# Extend slices up to this many tokens may run as decode rows through the decode CUDA graphs.
+FLAT_DECODE_MAX_SLICE = 16
 
 # Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
 # sampling slices in batch.slices) -> None; masks the logits in place.
@@ -174,6 +176,8 @@ class ModelRunner:
         Returns fp32 logits ``[N, vocab]`` for the positions each slice needs, and per slice
         ``(first row in logits, absolute positions)``.
         """
+        if input_ids is None and self._flat_decode_ok(batch):
+            return self._forward_flat_decode(batch)
         fb = self._forward_batch(batch, input_ids)
         if batch.mode == ForwardMode.DECODE and self.cuda_graph is not None and self.cuda_graph.can_run(fb.batch_size):
             logits = self.cuda_graph.replay(fb)
@@ -187,6 +191,35 @@ class ModelRunner:
             offset += s.length
         rows = torch.tensor(index, dtype=torch.int64, device=self.device)
         return self.model.compute_logits(hidden[rows]), per_slice
+
+    def _flat_decode_ok(self, batch: ScheduleBatch) -> bool:
+        """A small EXTEND batch of short slices (speculative verify rows, jump-forward tokens, a
+        mixed batch's decodes with a short prefill) replays a decode CUDA graph instead of running
+        eagerly."""
+        return (batch.mode == ForwardMode.EXTEND and self.cuda_graph is not None
+                and self.cuda_graph.can_run(batch.num_tokens)
+                and all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices))
+
+    def _forward_flat_decode(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
+        """Every new token as its own decode row: row ``p`` of a slice reads the request's
+        ``req_to_token`` row up to position ``p`` (its KV, and that of the tokens before it in this
+        step, is stored before attention), which is causal attention over prefix + slice. Same
+        contract as :meth:`forward_logits`."""
+        ids, pos, rows, index, per_slice = [], [], [], [], []
+        for s in batch.slices:
+            per_slice.append((len(index), s.logit_positions()))
+            index.extend(len(ids) + p - s.start for p in per_slice[-1][1])
+            ids.extend(s.token_ids())
+            pos.extend(range(s.start, s.end))
+            rows.extend([s.req.req_pool_idx] * s.length)
+        t = torch.tensor([ids, pos, rows, [p + 1 for p in pos]], dtype=torch.int64).to(self.device)
+        fb = ForwardBatch(
+            mode=ForwardMode.DECODE, input_ids=t[0], positions=t[1], out_cache_loc=batch.out_cache_loc,
+            req_pool_indices=t[2], seq_lens=t[3], seq_lens_cpu=[p + 1 for p in pos], kv_pool=self.kv_pool,
+            req_to_token=self.req_to_token_pool.req_to_token, attn_backend=self.attn_backend,
+        )
+        logits = self.cuda_graph.replay(fb)
+        return logits[torch.tensor(index, dtype=torch.int64, device=self.device)], per_slice
 
     @torch.inference_mode()
     def launch_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> DecodeHandle:

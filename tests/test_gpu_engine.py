@@ -54,3 +54,18 @@ def test_cuda_graph_padding_and_eager_fallback(tiny_llama):
 def test_overlap_schedule_matches_on_gpu(tiny_llama):
     reference = _outputs(tiny_llama, force_torch=False, enable_overlap_schedule=False)
     assert _outputs(tiny_llama, force_torch=False) == reference  # the CUDA default: overlap on
+
+
+def test_short_extend_slices_replay_decode_graphs(tiny_llama, monkeypatch):
+    """Speculative verify rows (1 + k tokens per request) run as decode rows through the decode
+    CUDA graphs (ModelRunner._forward_flat_decode); greedy outputs equal plain eager decoding."""
+    from radixlm.runtime.model_runner import ModelRunner
+
+    calls = []
+    flat = ModelRunner._forward_flat_decode
+    monkeypatch.setattr(ModelRunner, "_forward_flat_decode", lambda self, b: calls.append(b.num_tokens) or flat(self, b))
+    reference = _outputs(tiny_llama, force_torch=False, disable_cuda_graph=True, enable_overlap_schedule=False)
+    assert not calls
+    spec = _outputs(tiny_llama, force_torch=False, speculative_algorithm="ngram", speculative_num_draft_tokens=4)
+    assert spec == reference
+    assert calls and max(calls) > len(PROMPTS)  # verify batches with drafts went through the graphs
