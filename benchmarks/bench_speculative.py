@@ -120,7 +120,8 @@ def main() -> None:
     for mode, kw in (("plain", {}), ("ngram", spec)):
         with Engine(**common, **kw) as engine:
             tok = engine.tokenizer
-            run_mode(engine, tok, loads[names[0]][:1], 8)  # warm-up (not counted)
+            for w in names:  # warm-up (not counted): every workload's first prompt, full length
+                run_mode(engine, tok, loads[w][:1], args.max_new_tokens)
             for w in names:
                 results[w][mode] = run_mode(engine, tok, loads[w], args.max_new_tokens)
         del engine
