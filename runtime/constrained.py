@@ -27,6 +27,7 @@ import torch
 
 from radixlm.runtime.batch import ScheduleBatch
 from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
+from radixlm.runtime.memory import to_device
 from radixlm.runtime.request import Req
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class GrammarBackend:
         if rows == list(range(logits.shape[0])):
             apply_token_bitmask_inplace(logits, bitmask)
             return
-        index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
+        index = to_device(rows, logits.device)
         apply_token_bitmask_inplace(logits, bitmask, index)
 
     def _buffer(self, n: int, words: int, device: torch.device) -> torch.Tensor:

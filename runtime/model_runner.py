@@ -14,7 +14,7 @@ from radixlm.runtime.attention import AttentionBackend
 from radixlm.runtime.batch import ScheduleBatch, StepOutput
 from radixlm.runtime.distributed import all_reduce_min, local_device
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
-from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator, to_device
 from radixlm.runtime.model_config import ModelConfig
 from radixlm.runtime.model_loader import load_model, resolve_dtype
 from radixlm.runtime.sampler import apply_penalties, block_tokens_before_min, sample
@@ -145,8 +145,8 @@ class ModelRunner:
                 starts.append(starts[-1] + n)
             per_req += [prefix, lens, starts]
         # NOTE: two host-to-device copies per step (per-token and per-request fields).
-        tok = torch.tensor([ids, pos], dtype=torch.int64).to(self.device)
-        req = torch.tensor(per_req, dtype=torch.int64).to(self.device)
+        tok = to_device([ids, pos], self.device)
+        req = to_device(per_req, self.device)
         fb = ForwardBatch(
             mode=batch.mode,
             input_ids=tok[0] if input_ids is None else input_ids,
@@ -189,7 +189,7 @@ class ModelRunner:
             per_slice.append((len(index), positions))
             index.extend(offset + p - s.start for p in positions)
             offset += s.length
-        rows = torch.tensor(index, dtype=torch.int64, device=self.device)
+        rows = to_device(index, self.device)
         return self.model.compute_logits(hidden[rows]), per_slice
 
     def _flat_decode_ok(self, batch: ScheduleBatch) -> bool:
@@ -212,14 +212,14 @@ class ModelRunner:
             ids.extend(s.token_ids())
             pos.extend(range(s.start, s.end))
             rows.extend([s.req.req_pool_idx] * s.length)
-        t = torch.tensor([ids, pos, rows, [p + 1 for p in pos]], dtype=torch.int64).to(self.device)
+        t = to_device([ids, pos, rows, [p + 1 for p in pos]], self.device)
         fb = ForwardBatch(
             mode=ForwardMode.DECODE, input_ids=t[0], positions=t[1], out_cache_loc=batch.out_cache_loc,
             req_pool_indices=t[2], seq_lens=t[3], seq_lens_cpu=[p + 1 for p in pos], kv_pool=self.kv_pool,
             req_to_token=self.req_to_token_pool.req_to_token, attn_backend=self.attn_backend,
         )
         logits = self.cuda_graph.replay(fb)
-        return logits[torch.tensor(index, dtype=torch.int64, device=self.device)], per_slice
+        return logits[to_device(index, self.device)], per_slice
 
     @torch.inference_mode()
     def launch_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> DecodeHandle:
@@ -267,7 +267,7 @@ class ModelRunner:
         if row_ids == list(range(logits.shape[0])):  # decode: every row samples, no gather
             next_logits = logits.clone()
         else:
-            next_logits = logits[torch.tensor(row_ids, device=self.device)]
+            next_logits = logits[to_device(row_ids, self.device)]
         rows = row_ids
         apply_penalties(next_logits, reqs)
         block_tokens_before_min(next_logits, reqs, self.eos_token_ids)

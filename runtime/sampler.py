@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 
+from radixlm.runtime.memory import to_device
 from radixlm.runtime.request import Req
 
 BAD_TOKEN = -1  # sampled id of a row whose distribution was unusable
@@ -85,21 +86,21 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
         return _mark_bad(out, bad)
     sp = [r.sampling_params for r in reqs]
     try:
-        temp = torch.tensor([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], device=logits.device,
-                            dtype=logits.dtype)
-        top_k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], device=logits.device)
-        top_p = torch.tensor([float(p.top_p) for p in sp], device=logits.device, dtype=logits.dtype)
-        min_p = torch.tensor([float(p.min_p) for p in sp], device=logits.device, dtype=logits.dtype)
+        dev = logits.device
+        temp = to_device([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], dev, logits.dtype)
+        top_k = to_device([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], dev)
+        top_p = to_device([float(p.top_p) for p in sp], dev, logits.dtype)
+        min_p = to_device([float(p.min_p) for p in sp], dev, logits.dtype)
     except (TypeError, ValueError, OverflowError, RuntimeError):  # a bad value in some row
         return _sample_rows(logits, reqs, generator)
     probs = _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
-    sampled = ~torch.tensor(greedy, device=logits.device)
+    sampled = ~to_device(greedy, logits.device, torch.bool)
     bad = bad | (sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
     probs = torch.where(bad[:, None], 1.0, probs)  # NOTE: placeholder so multinomial takes the batch
     # NOTE: unseeded rows share one draw; seeded rows draw from their own generator.
     shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
     if shared:
-        idx = torch.tensor(shared, device=logits.device)
+        idx = to_device(shared, logits.device)
         out[idx] = torch.multinomial(probs[idx], 1, generator=generator).squeeze(1)
     for i, r in enumerate(reqs):
         if not greedy[i] and r.generator is not None:
