@@ -224,14 +224,18 @@ class Engine:
             if len(reqs) != 1:
                 raise ValueError("stream=True takes one prompt with n=1")
             return self._stream(reqs[0], return_text_in_logprobs)
+        self._run_to_end(reqs)
+        outs = [make_output(r, self.tokenizer, return_text_in_logprobs) for r in reqs]
+        return outs[0] if single and len(outs) == 1 else outs
+
+    def _run_to_end(self, reqs: list[Req]) -> None:
+        """Queue ``reqs`` on the scheduler thread and block until every one has finished."""
         done: queue.Queue = queue.Queue()
         for r in reqs:
             r.sink = lambda req: done.put(req) if req.finished else None
             self._inbox.put(("add", r))
         for _ in reqs:
             done.get()
-        outs = [make_output(r, self.tokenizer, return_text_in_logprobs) for r in reqs]
-        return outs[0] if single and len(outs) == 1 else outs
 
     def _stream(self, req: Req, text_in_logprobs: bool) -> Iterator[dict]:
         q: queue.Queue = queue.Queue()
@@ -298,12 +302,7 @@ class Engine:
         reqs = [r for i, (ids, start) in enumerate(plan.requests())
                 for r in self._make_reqs(None, SCORING_PARAMS, ids, True, start, 0, f"{base}-choice-{i}",
                                          cache_lease if i < len(choices) else None)[1][0]]
-        done: queue.Queue = queue.Queue()
-        for r in reqs:
-            r.sink = lambda req: done.put(req) if req.finished else None
-            self._inbox.put(("add", r))
-        for _ in reqs:
-            done.get()
+        self._run_to_end(reqs)
         bad = next((r.finish_reason for r in reqs if r.finish_reason.get("type") == "abort"), None)
         if bad is not None:
             raise ValueError(f"choice scoring refused: {bad.get('message')}")
