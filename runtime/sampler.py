@@ -54,7 +54,7 @@ def block_tokens_before_min(logits: torch.Tensor, reqs: Sequence[Req], eos_ids: 
                 logits[i, banned] = float("-inf")
 
 
-def _filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     """Zero out probabilities outside top-k / top-p (nucleus, Holtzman et al. 2020) / min-p, all
     judged on the same ``probs`` (SGLang's joint convention). Each filter is a threshold on the
     probability, so tied tokens are kept or dropped together: top-k keeps ``p >=`` the k-th largest
@@ -93,7 +93,7 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
         min_p = to_device([float(p.min_p) for p in sp], dev, logits.dtype)
     except (TypeError, ValueError, OverflowError, RuntimeError):  # a bad value in some row
         return _sample_rows(logits, reqs, generator)
-    probs = _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
+    probs = filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
     sampled = ~to_device(greedy, logits.device, torch.bool)
     bad = bad | (sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
     probs = torch.where(bad[:, None], 1.0, probs)  # NOTE: placeholder so multinomial takes the batch

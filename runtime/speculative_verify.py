@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from radixlm.runtime.sampler import BAD_TOKEN, _filter_probs
+from radixlm.runtime.sampler import BAD_TOKEN, filter_probs
 
 
 def draft_offsets(drafts: Sequence[Sequence[int]]) -> list[int]:
@@ -56,7 +56,7 @@ def processed_probs(logits: torch.Tensor, reqs: Sequence, rows_per_req: Sequence
     top_k = per_row([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], torch.int64)
     top_p = per_row([float(p.top_p) for p in sp], logits.dtype)
     min_p = per_row([float(p.min_p) for p in sp], logits.dtype)
-    return _filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
+    return filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
 
 
 def verify_drafts(

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from radixlm.runtime.request import Req
-from radixlm.runtime.sampler import _filter_probs, make_generator, sample
+from radixlm.runtime.sampler import filter_probs, make_generator, sample
 from radixlm.runtime.sampling_params import SamplingParams
 
 NEG = float("-inf")
@@ -54,7 +54,7 @@ def filtered(logits: list[float], temperature: float, top_k: int, top_p: float, 
     x = torch.tensor([logits], dtype=torch.float32)
     probs = torch.softmax(x / temperature, dim=-1)
     k = torch.tensor([top_k if top_k >= 1 else x.shape[1]])
-    f = _filter_probs(probs, k, torch.tensor([top_p]), torch.tensor([min_p]))[0].double()
+    f = filter_probs(probs, k, torch.tensor([top_p]), torch.tensor([min_p]))[0].double()
     return f / f.sum()
 
 
@@ -124,7 +124,7 @@ def test_batch_rows_are_filtered_independently():
     rows = [(L1, 1.0, 2, 1.0, 0.0), ([2.0, 2.0, 1.0, 0.0, -1.0], 1.0, -1, 0.3, 0.0), (L1, 1.0, -1, 1.0, 0.25)]
     x = torch.tensor([r[0] for r in rows], dtype=torch.float32)
     probs = torch.softmax(x, dim=-1)
-    f = _filter_probs(probs, torch.tensor([2, 5, 5]), torch.tensor([1.0, 0.3, 1.0]), torch.tensor([0.0, 0.0, 0.25]))
+    f = filter_probs(probs, torch.tensor([2, 5, 5]), torch.tensor([1.0, 0.3, 1.0]), torch.tensor([0.0, 0.0, 0.25]))
     for i, r in enumerate(rows):
         want = torch.tensor(reference(*r), dtype=torch.float64)
         assert torch.allclose(f[i].double() / f[i].sum(), want, atol=1e-6), i
