@@ -1,0 +1,167 @@
+"""Admission of waiting requests into prefill batches (the prefill half of :class:`Scheduler`).
+
+A mixin: :class:`~radixlm.runtime.scheduler.Scheduler` inherits these methods and owns the state
+they use (``waiting``, ``running``, ``chunked_req``, ``tree_cache``, ``allocator``,
+``req_to_token_pool``, ``policy``, ``grammar``, ``stats``, ``new_token_ratio``). A prefill batch
+takes, in order: running requests' jump-forward tokens, the unfinished chunked prefill, then waiting
+requests by the schedule policy while KV (free + evictable, minus a reserve for running requests'
+future tokens) and the token budget allow; with ``enable_mixed_chunk`` it also carries one decode
+token of every other running request.
+"""
+
+from __future__ import annotations
+
+from radixlm.runtime.batch import ReqSlice, ScheduleBatch
+from radixlm.runtime.forward_batch import ForwardMode
+from radixlm.runtime.request import Req, ReqStatus
+from radixlm.runtime.scheduler_recovery import abort_bad_grammars
+
+
+class PrefillAdmission:
+    """Prefill-batch construction for :class:`~radixlm.runtime.scheduler.Scheduler`."""
+
+    def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
+        remaining = sum(max(min(r.sampling_params.max_new_tokens, r.max_total - len(r.origin_input_ids))
+                            - len(r.output_ids), 0) for r in reqs)
+        return int(remaining * self.new_token_ratio)
+
+    def _available(self) -> int:
+        return self.allocator.available_size() + self.tree_cache.evictable_size()
+
+    def _alloc(self, n: int):
+        if self.allocator.available_size() < n:
+            self.tree_cache.evict(n - self.allocator.available_size())
+        return self.allocator.alloc(n)
+
+    def _match_cap(self, req: Req) -> int:
+        cap = req.num_tokens - 1  # the last token is always recomputed so its logits exist
+        if req.return_logprob and not req.input_logprobs_done:
+            cap = min(cap, req.logprob_start)
+        return cap
+
+    def _get_prefill_batch(self) -> ScheduleBatch | None:
+        jumped = [r for r in self.running if r.needs_extend]
+        if not self.waiting and self.chunked_req is None and not jumped:
+            return None
+        budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
+        slices: list[ReqSlice] = []
+        admitted: list[Req] = []
+        for req in jumped:  # jump-forward tokens of running requests are prefilled first
+            s = self._slice(req, budget)
+            if s is None:
+                break
+            req.needs_extend = False
+            self.running.remove(req)  # NOTE: back into running after this extend (_process)
+            slices.append(s)
+            budget -= s.length
+        if self.chunked_req is not None:  # an unfinished chunked prefill goes first
+            req, self.chunked_req = self.chunked_req, None
+            s = self._slice(req, budget)
+            if s is None:
+                self.chunked_req = req
+                return None
+            slices.append(s)
+            budget -= s.length
+        abort_bad_grammars(self)
+        self.policy.calc_priority(self.waiting)
+        num_running = len(self.running) + len(slices)
+        isolated = next((r for r in self.waiting if r.isolate), None)
+        if isolated is not None and not slices:  # NOTE: a request under suspicion prefills alone
+            candidates = [isolated]
+        elif any(s.req.isolate for s in slices):
+            candidates = []
+        else:
+            candidates = [r for r in self.waiting if not r.isolate]
+        for req in candidates:
+            if budget <= 0 or self.chunked_req is not None:
+                break
+            if num_running + len(admitted) >= self.runner.max_running_requests:
+                break
+            if req.deprioritized and admitted:
+                continue
+            ready = self.grammar.poll(req)
+            if isinstance(ready, str):  # NOTE: a bad grammar aborts only its own request
+                self.waiting.remove(req)
+                self._finish(req, {"type": "abort", "message": ready, "status_code": 400}, holds_kv=False)
+                self._aborted.append(req)
+                continue
+            if not ready:
+                continue
+            if not self._admit(req, budget, admitted):
+                break
+            self.waiting.remove(req)
+            admitted.append(req)
+            s = self._slice(req, budget)
+            assert s is not None
+            slices.append(s)
+            budget -= s.length
+            if req.isolate:
+                break
+        if not slices:
+            return None
+        batch = ScheduleBatch(ForwardMode.EXTEND, slices)
+        return self._finalize(batch, self._mix_decodes(batch) if self.args.enable_mixed_chunk else None)
+
+    def _mix_decodes(self, batch: ScheduleBatch):
+        """Mixed batch: append a one-token decode slice for every running request, so a prefill
+        does not stall decoding (SGLang's mixed chunk). Returns their slots (int64 ``[n]``), or
+        None when there is nothing to mix or too little KV (decode then gets its own step)."""
+        if any(s.req.isolate for s in batch.slices):
+            return None
+        reqs = [r for r in self.running if not (r.needs_extend or r.isolate)]
+        if not reqs or self._available() < len(reqs):
+            return None
+        slots = self._alloc(len(reqs))
+        if slots is None:
+            return None
+        self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len for r in reqs], slots)
+        batch.slices.extend(ReqSlice(r, r.kv_len, r.kv_len + 1, True) for r in reqs)
+        batch.num_decode = len(reqs)
+        return slots
+
+    def _admit(self, req: Req, budget: int, admitted: list[Req]) -> bool:
+        """Match the prefix, lock it, take a req_to_token row. False when KV is short."""
+        match = self.tree_cache.match_prefix(req.all_ids[: self._match_cap(req)])
+        prefix_len = len(match.indices)
+        extend = req.num_tokens - prefix_len
+        need = min(extend, budget) + self._reserved_decode_tokens(self.running + admitted + [req])
+        self.tree_cache.inc_lock_ref(match.last_node)
+        if need > self._available() or self.req_to_token_pool.available_size() == 0:
+            self.tree_cache.dec_lock_ref(match.last_node)
+            return False
+        req.req_pool_idx = self.req_to_token_pool.alloc()
+        self.req_to_token_pool.write(req.req_pool_idx, 0, match.indices)
+        req.prefix_indices, req.last_node, req.kv_len = match.indices, match.last_node, prefix_len
+        if not req.admitted_once:
+            req.admitted_once = True
+            req.cached_tokens = prefix_len
+            self.stats.prompt_tokens += len(req.origin_input_ids)
+            self.stats.cached_tokens += prefix_len
+        req.status = ReqStatus.RUNNING
+        return True
+
+    def _slice(self, req: Req, budget: int) -> ReqSlice | None:
+        """The next part of ``req``'s prefill within ``budget`` new tokens, slots allocated."""
+        total = req.num_tokens
+        end = min(total, req.kv_len + budget)
+        if end <= req.kv_len:
+            return None
+        slots = self._alloc(end - req.kv_len)
+        if slots is None:
+            return None
+        self.req_to_token_pool.write(req.req_pool_idx, req.kv_len, slots)
+        done = req.input_logprobs_done or not req.return_logprob
+        lp_from, lp_to = (0, 0) if done else (req.logprob_start, len(req.origin_input_ids) - 1)
+        sample = end == total and req.sampling_params.max_new_tokens > len(req.output_ids)
+        s = ReqSlice(req, req.kv_len, end, sample, lp_from, lp_to)
+        s.slots = slots
+        return s
+
+    def _finalize(self, batch: ScheduleBatch, decode_slots=None) -> ScheduleBatch:
+        import torch
+
+        slots = [s.slots for s in batch.slices[: len(batch.slices) - batch.num_decode]]
+        if decode_slots is not None:
+            slots.append(decode_slots)
+        batch.out_cache_loc = torch.cat(slots) if slots else None
+        return batch
