@@ -91,6 +91,30 @@ def run_mode(engine, tok, prompts: list[tuple[str, dict]], max_new: int) -> dict
     return {"outs": outs, "passes": passes, "tokens": tokens, "time": sum(times) / len(times), "accept_rate": rate}
 
 
+def profile_steps(engine):
+    """Profile every later scheduler step of ``engine`` (its loop looks ``step`` up per call)."""
+    import cProfile
+
+    prof, sched = cProfile.Profile(), engine.scheduler
+    step = sched.step
+    sched.step = lambda: prof.runcall(step)
+    return prof
+
+
+def report_profile(prof, mode: str, out_dir: str) -> None:
+    """Print the top functions by own and cumulative time; save ``<out_dir>/<mode>.prof``."""
+    import io
+    import os
+    import pstats
+
+    if os.path.isdir(out_dir):
+        prof.dump_stats(os.path.join(out_dir, f"{mode}.prof"))
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(22)
+        print(f"--- cProfile {mode} by {key}\n" + "\n".join(buf.getvalue().splitlines()[4:]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-path", default=None, help="default: SmolLM2-135M-Instruct")
@@ -103,6 +127,9 @@ def main() -> None:
     ap.add_argument("--max-window", type=int, default=12)
     ap.add_argument("--workloads", default="extraction,extract_json,summarize")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--modes", default="plain,ngram", help="plain first: the others compare to it")
+    ap.add_argument("--cprofile", default=None,
+                    help="print a cProfile of the scheduler steps of the timed runs (DIR: also save .prof files)")
     args = ap.parse_args()
 
     import torch
@@ -117,13 +144,18 @@ def main() -> None:
                 speculative_ngram_min_match_window_size=args.min_window,
                 speculative_ngram_max_match_window_size=args.max_window)
     results: dict[str, dict[str, dict]] = {w: {} for w in names}
-    for mode, kw in (("plain", {}), ("ngram", spec)):
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
+        kw = spec if mode == "ngram" else {}
         with Engine(**common, **kw) as engine:
             tok = engine.tokenizer
             for w in names:  # warm-up (not counted): every workload's first prompt, full length
                 run_mode(engine, tok, loads[w][:1], args.max_new_tokens)
+            prof = profile_steps(engine) if args.cprofile else None
             for w in names:
                 results[w][mode] = run_mode(engine, tok, loads[w], args.max_new_tokens)
+            if prof is not None:
+                report_profile(prof, mode, args.cprofile)
         del engine
         gc.collect()
         if torch.cuda.is_available():  # NOTE: the next Engine sizes its KV pool from free memory
@@ -135,7 +167,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for w in names:
         base = results[w]["plain"]
-        for mode in ("plain", "ngram"):
+        for mode in modes:
             r = results[w][mode]
             same = "-" if mode == "plain" else ("yes" if r["outs"] == base["outs"] else "NO")
             rate = "-" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}"

@@ -219,6 +219,8 @@ class ModelRunner:
             req_to_token=self.req_to_token_pool.req_to_token, attn_backend=self.attn_backend,
         )
         logits = self.cuda_graph.replay(fb)
+        if len(index) == len(ids) and index[-1] == len(ids) - 1:  # every row samples: no gather
+            return logits[: len(ids)], per_slice
         return logits[to_device(index, self.device)], per_slice
 
     @torch.inference_mode()

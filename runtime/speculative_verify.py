@@ -27,6 +27,7 @@ from typing import Sequence
 
 import torch
 
+from radixlm.runtime.memory import to_device
 from radixlm.runtime.sampler import BAD_TOKEN, filter_probs
 
 
@@ -47,10 +48,10 @@ def processed_probs(logits: torch.Tensor, reqs: Sequence, rows_per_req: Sequence
     dev = logits.device
     sp = [r.sampling_params for r in reqs]
     vocab = logits.shape[1]
-    reps = torch.tensor(list(rows_per_req), device=dev)
+    reps = to_device(list(rows_per_req), dev)
 
     def per_row(values, dtype):
-        return torch.tensor(values, device=dev, dtype=dtype).repeat_interleave(reps)
+        return to_device(values, dev, dtype).repeat_interleave(reps)
 
     temp = per_row([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], logits.dtype)
     top_k = per_row([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], torch.int64)
@@ -86,33 +87,46 @@ def verify_drafts(
     greedy = [r.sampling_params.is_greedy for r in reqs]
     bad = torch.isnan(logits).any(-1) | ~(logits > float("-inf")).any(-1)
     argmax = logits.argmax(dim=-1)
+    if all(greedy):
+        return _verify_greedy(torch.where(bad, BAD_TOKEN, argmax).tolist(), offs, drafts)
     # target[r]: the draft token row r checks (-1 on each request's last row)
-    target = torch.tensor([t for d in drafts for t in (*d, -1)], dtype=torch.int64, device=dev)
+    target = to_device([t for d in drafts for t in (*d, -1)], dev)
     has_draft = target >= 0
     safe_target = target.clamp_min(0)
-    sampled_rows = torch.tensor([not g for g, m in zip(greedy, lens) for _ in range(m)], device=dev)
-    probs = None
-    if not all(greedy):
-        probs = processed_probs(logits, reqs, lens)
-        probs = probs / probs.sum(-1, keepdim=True)
-        bad = bad | (sampled_rows & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
-        probs = torch.where(bad[:, None], 1.0 / logits.shape[1], probs)
-        u = _uniforms(reqs, lens, greedy, generator, dev)
-        p_draft = probs.gather(1, safe_target[:, None]).squeeze(1)
-        accept = torch.where(sampled_rows, u < p_draft, argmax == target)
-    else:
-        accept = argmax == target
-    accept = accept & has_draft & ~bad
-    accept_host = accept.tolist()
-    num_acc = []
-    for off, d in zip(offs, drafts):
-        a = 0
-        while a < len(d) and accept_host[off + a]:
-            a += 1
-        num_acc.append(a)
+    sampled_rows = to_device([not g for g, m in zip(greedy, lens) for _ in range(m)], dev, torch.bool)
+    probs = processed_probs(logits, reqs, lens)
+    probs = probs / probs.sum(-1, keepdim=True)
+    bad = bad | (sampled_rows & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
+    probs = torch.where(bad[:, None], 1.0 / logits.shape[1], probs)
+    u = _uniforms(reqs, lens, greedy, generator, dev)
+    p_draft = probs.gather(1, safe_target[:, None]).squeeze(1)
+    accept = torch.where(sampled_rows, u < p_draft, argmax == target)
+    accept_host = (accept & has_draft & ~bad).tolist()
+    num_acc = [_accepted_prefix(accept_host, off, d) for off, d in zip(offs, drafts)]
     final_rows = [off + a for off, a in zip(offs, num_acc)]
     last = _final_tokens(argmax, probs, target, bad, final_rows, num_acc, drafts, reqs, greedy, generator)
     return [list(d[:a]) + [t] for d, a, t in zip(drafts, num_acc, last)]
+
+
+def _accepted_prefix(accept: Sequence[bool], off: int, draft: Sequence[int]) -> int:
+    """Length of the run of accepted rows starting at ``off`` (at most ``len(draft)``)."""
+    a = 0
+    while a < len(draft) and accept[off + a]:
+        a += 1
+    return a
+
+
+def _verify_greedy(best: Sequence[int], offs: Sequence[int], drafts: Sequence[Sequence[int]]) -> list[list[int]]:
+    """All-greedy batch from the host copy of every row's argmax (``BAD_TOKEN`` on unusable rows):
+    one device-to-host transfer per step and no host-to-device copy. A draft is accepted while it
+    equals its row's argmax; the token after the accepted drafts is the argmax of the next row."""
+    out = []
+    for off, d in zip(offs, drafts):
+        a = 0
+        while a < len(d) and best[off + a] == d[a]:
+            a += 1
+        out.append(list(d[:a]) + [best[off + a]])
+    return out
 
 
 def _uniforms(reqs, lens, greedy, generator, dev) -> torch.Tensor:
@@ -122,7 +136,7 @@ def _uniforms(reqs, lens, greedy, generator, dev) -> torch.Tensor:
     shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
     offs = draft_offsets([[0] * (m - 1) for m in lens])
     if shared:
-        idx = torch.tensor([offs[i] + j for i in shared for j in range(lens[i])], device=dev)
+        idx = to_device([offs[i] + j for i in shared for j in range(lens[i])], dev)
         u[idx] = torch.rand(len(idx), generator=generator, device=dev)
     for i, r in enumerate(reqs):
         if not greedy[i] and r.generator is not None:
@@ -134,20 +148,20 @@ def _final_tokens(argmax, probs, target, bad, rows, num_acc, drafts, reqs, greed
     """The token after the accepted drafts: argmax (greedy), else a draw from ``p`` at the final
     row, with the rejected draft zeroed when the row rejected one."""
     dev = argmax.device
-    rows_t = torch.tensor(rows, dtype=torch.int64, device=dev)
+    rows_t = to_device(rows, dev)
     out = argmax[rows_t].clone()
     if probs is not None:
         dist = probs[rows_t].clone()
         rejected = [i for i, (a, d) in enumerate(zip(num_acc, drafts)) if a < len(d) and not greedy[i]]
         if rejected:
-            ri = torch.tensor(rejected, device=dev)
+            ri = to_device(rejected, dev)
             dist[ri, target[rows_t[ri]]] = 0.0
             # NOTE: p(d) == 1 leaves nothing; only reachable through float round-off (u < 1 == p)
             empty = ~(dist[ri].sum(-1) > 0)
             dist[ri] = torch.where(empty[:, None], probs[rows_t[ri]], dist[ri])
         shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
         if shared:
-            si = torch.tensor(shared, device=dev)
+            si = to_device(shared, dev)
             out[si] = torch.multinomial(dist[si], 1, generator=generator).squeeze(1)
         for i, r in enumerate(reqs):
             if not greedy[i] and r.generator is not None:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
+from radixlm.runtime.memory import to_device
 from radixlm.runtime.speculative import NgramIndex, propose
 from radixlm.runtime.speculative_verify import verify_drafts
 
@@ -137,7 +138,7 @@ def mask_draft_rows(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[
             banned = [t for t in list(eos_ids) + list(sp.stop_token_ids) if t < vocab]
             if banned:
                 rows = torch.arange(off, off + min(pending, len(d) + 1), device=logits.device)
-                logits[rows[:, None], torch.tensor(banned, device=logits.device)[None, :]] = float("-inf")
+                logits[rows[:, None], to_device(banned, logits.device)[None, :]] = float("-inf")
     constrained = [(req, d, off) for req, d, off in zip(reqs, drafts, offsets) if req.grammar_matcher is not None]
     if not constrained:
         return
@@ -161,7 +162,7 @@ def mask_draft_rows(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[
                     break
                 accepted += 1
         m.rollback(accepted)
-    apply_token_bitmask_inplace(logits, bitmask.to(logits.device), torch.tensor(index, device=logits.device))
+    apply_token_bitmask_inplace(logits, to_device(bitmask, logits.device), to_device(index, logits.device))
 
 
 def run_verify(logits: torch.Tensor, reqs: Sequence[Any], drafts: Sequence[Sequence[int]],
@@ -186,7 +187,8 @@ def postprocess_verify(runner: Any, batch: Any, logits: torch.Tensor, per_slice:
     if not spec:
         return sample_slices
     rows = [per_slice[i][0] + j for i in spec for j in range(len(per_slice[i][1]))]
-    vlogits = logits[torch.tensor(rows, dtype=torch.int64, device=logits.device)]
+    contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
+    vlogits = logits[rows[0] : rows[0] + len(rows)] if contiguous else logits[to_device(rows, logits.device)]
     reqs = [batch.slices[i].req for i in spec]
     drafts = [batch.slices[i].draft_ids for i in spec]
     tokens = run_verify(vlogits, reqs, drafts, runner.eos_token_ids, runner.generator)
