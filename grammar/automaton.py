@@ -8,6 +8,8 @@ level BPE, SentencePiece byte fallback) are walked like any other. State 0 is th
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -330,11 +332,43 @@ def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None) 
     return ByteDFA(out, acc, int(new_id[1]), hot=hot_out)
 
 
+_MEMO: "OrderedDict[Node, ByteDFA]" = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+MEMO_SIZE = 1024  # automata kept per process (LRU) ...
+MEMO_STATES = 60_000  # ... holding at most this many states together (1 KiB each)
+_memo_states = [0]
+
+
 def dfa_from_ast(node: Node) -> ByteDFA:
-    """Full-match DFA of an anchor-free AST."""
+    """Full-match DFA of an anchor-free AST.
+
+    Memoized per process by the node (ASTs are hashable tuples; an embedded ``("dfa", d)`` counts
+    by identity): the same sub-automaton met again (a property key, a format, an extras value, a
+    ``$ref`` target) in this or a later schema is not rebuilt. The returned DFA is shared: callers
+    must not modify it in place.
+    """
+    try:
+        got = _MEMO.get(node)
+    except TypeError:  # NOTE: an unhashable node (never built by this package): no memo
+        got, node_key = None, None
+    else:
+        node_key = node
+    if got is not None:
+        with _MEMO_LOCK:
+            if node_key in _MEMO:
+                _MEMO.move_to_end(node_key)
+        return got
     nfa = _NFA()
     s, e = nfa.build(node)
-    return _determinize(nfa, s, e)
+    out = _determinize(nfa, s, e)
+    if node_key is not None and out.n_states <= MEMO_STATES // 8:
+        with _MEMO_LOCK:
+            if node_key not in _MEMO:
+                _MEMO[node_key] = out
+                _memo_states[0] += out.n_states
+            while len(_MEMO) > MEMO_SIZE or _memo_states[0] > MEMO_STATES:
+                _memo_states[0] -= _MEMO.popitem(last=False)[1].n_states
+    return out
 
 
 def regex_to_dfa(pattern: str, search: bool = False) -> ByteDFA:

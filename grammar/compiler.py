@@ -34,13 +34,8 @@ class CompiledGrammar:
         self.engine = engine
         self.tokenizer_info = info
         self._stop = info.stop_mask()
-        dense = engine.dense_masks() if hasattr(engine, "dense_masks") else None
-        if dense is not None:
-            dense, missing = dense
-            dense[engine.dfa.accept] |= self._stop
-            self.masks = MaskTable.from_dense(dense, self._stop, missing, self._compute)
-        else:
-            self.masks = MaskTable(info.mask_words, self._stop, self._compute)
+        table = engine.mask_table(self._stop, self._compute) if hasattr(engine, "mask_table") else None
+        self.masks = table if table is not None else MaskTable(info.mask_words, self._stop, self._compute)
 
     def _compute(self, states: list[Any]) -> list[np.ndarray]:
         engine = self.engine

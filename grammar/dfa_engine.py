@@ -6,6 +6,7 @@ import numpy as np
 
 from radixlm.grammar.automaton import ByteDFA
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import DfaIndex, RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
@@ -33,20 +34,15 @@ class DfaEngine:
             except GrammarError:  # NOTE: compile budget spent: the rest is computed on first visit
                 self.eager = False
 
-    def dense_masks(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(masks, missing)``: int32 ``[n_states, words]`` masks of the precomputed states (stop
-        tokens excluded; row 0 dead) and bool ``[n_states]`` marking the cold states left to their
-        first visit; None when the DFA is too large to precompute (then every mask is computed on
-        first visit)."""
+    def mask_table(self, stop_row: np.ndarray, compute) -> MaskTable | None:
+        """The grammar's :class:`MaskTable`: rows of the precomputed states (stop tokens added
+        where the DFA accepts), cold states left to their first visit through ``compute``; None
+        when the DFA is too large to precompute (then every mask is computed on first visit)."""
         if not self.eager:
             return None
-        out = np.zeros((self.dfa.n_states, self.index.words), dtype=np.int32)
-        missing = np.ones(self.dfa.n_states, dtype=bool)
-        missing[0] = False
-        for s in self.hot.tolist():
-            out[s] = self.index.masks[s]
-            missing[s] = False
-        return out, missing
+        masks = self.index.masks
+        got = {s: masks[s] for s in self.hot.tolist()}
+        return MaskTable.from_states(self.dfa.n_states, got, self.dfa.accept, stop_row, compute)
 
     def masks(self, states: list[int]) -> list[np.ndarray]:
         """Masks of ``states`` (one batched walk for those not computed yet)."""

@@ -58,7 +58,7 @@ class MaskTable:
         self._np[: rows.shape[0]] = rows
         self.n_rows = rows.shape[0]
         self._fixed = rows.shape[0]  # rows that are never cleared
-        self._by_bytes: dict[bytes, int] = {r.tobytes(): i for i, r in enumerate(rows)}
+        self._by_bytes: dict[bytes, int] | None = None  # row bytes -> id, built on the first _add
         self._row_of: dict[Hashable, int] = {}
         self._device: dict[torch.device, tuple[torch.Tensor, int]] = {}
         self.generation = getattr(self, "generation", -1) + 1
@@ -91,6 +91,34 @@ class MaskTable:
             table._missing = int(missing.sum())
         return table
 
+    @classmethod
+    def from_states(cls, n_states: int, masks: dict[int, np.ndarray], accept: np.ndarray,
+                    stop_row: np.ndarray,
+                    compute: Callable[[list[Hashable]], list[np.ndarray]] | None = None) -> "MaskTable":
+        """A table for DFA states ``0..n_states-1`` from the masks of the precomputed ones
+        (``masks``: state -> int32 ``[words]``, stop tokens excluded; ``accept``: bool per state,
+        where the stop row is added). The other states get their row from ``compute`` on first
+        visit. Rows are deduplicated by identity: states sharing one mask array share a row
+        (the token index hands out one array per distinct narrow mask)."""
+        stop = np.asarray(stop_row, dtype=np.int32).reshape(-1)
+        table = cls(stop.size, stop, compute)
+        rows = [stop, np.zeros_like(stop)]
+        dense = np.full(n_states, -1, dtype=np.int64)
+        dense[0] = 1  # the dead state: nothing allowed
+        by_id: dict[tuple[int, bool], int] = {}
+        for s, m in masks.items():
+            acc = bool(accept[s])
+            key = (id(m), acc)
+            r = by_id.get(key)
+            if r is None:
+                r = by_id[key] = len(rows)
+                rows.append(m | stop if acc else m)
+            dense[s] = r
+        table._reset_storage(np.stack(rows))
+        table._dense = dense
+        table._missing = int((dense < 0).sum())
+        return table
+
     @property
     def complete(self) -> bool:
         """True when every state has a row (no computation ever happens on the decode path)."""
@@ -107,6 +135,10 @@ class MaskTable:
                 self._missing -= len(todo)
 
     def _add(self, mask: np.ndarray) -> int:
+        if self._by_bytes is None:
+            self._by_bytes = {}
+            for i in range(self.n_rows - 1, -1, -1):  # NOTE: the first of equal rows wins
+                self._by_bytes[self._np[i].tobytes()] = i
         key = mask.tobytes()
         got = self._by_bytes.get(key)
         if got is not None:

@@ -153,6 +153,7 @@ class DfaIndex:
         self.words = words
         self.regions = regions
         self.masks: dict[int, np.ndarray] = {}
+        self._narrow: dict[bytes, np.ndarray] = {}  # sorted token ids -> packed mask
         self._busy: set[int] = set()  # states whose mask is being derived from a reference
         live = trans != 0
         self.n_live = live.sum(axis=1)
@@ -212,7 +213,10 @@ class DfaIndex:
             src, node, st = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
             tok = self.trie.node_token[node]
             keep = tok >= 0
-            packed = pack_pairs(src[keep], tok[keep], self.trie, arr.size, self.words)
+            t_src, t_tok = src[keep], tok[keep].astype(np.int64)
+            order = np.lexsort((t_tok, t_src))
+            t_src, t_tok = t_src[order], t_tok[order]
+            bounds = np.searchsorted(t_src, np.arange(arr.size + 1)).tolist()
             if self.accept is not None:
                 acc = self.accept[st]
                 a_src, a_node = src[acc], node[acc]
@@ -220,8 +224,14 @@ class DfaIndex:
                 cuts = np.searchsorted(a_src[order], np.arange(1, arr.size))
                 for s, nodes in zip(chunk, np.split(a_node[order], cuts)):
                     self.bounds[s] = nodes
+            seen = self._narrow
             for i, s in enumerate(chunk):
-                self.masks[s] = packed[i]
+                toks = t_tok[bounds[i] : bounds[i + 1]]
+                key = toks.tobytes()
+                got = seen.get(key)  # NOTE: one array per distinct mask (the table dedups by id)
+                if got is None:
+                    got = seen[key] = pack_tokens(toks, self.trie, self.words)
+                self.masks[s] = got
         for s in wide:
             check_budget("computing token masks")  # NOTE: a no-op outside a compile
             self.masks[s] = self._wide(s)
@@ -281,8 +291,7 @@ class DfaIndex:
         while k < len(order):
             row = self.trans[order[k]]
             k += 1
-            _, first = np.unique(row, return_index=True)
-            for t in row[np.sort(first)].tolist():
+            for t in dict.fromkeys(row.tolist()):  # NOTE: targets in order of first byte
                 if t in inside and t not in canon:
                     canon[t] = len(order)
                     order.append(t)
