@@ -47,7 +47,7 @@ from radixlm.grammar.json_lexical import NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import disjoint, implied_types, valid_values
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
-from radixlm.grammar.schema_not import NotMixin
+from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_oneof import exclusive_branches
 from radixlm.grammar.schema_refs import canonical_refs
 from radixlm.grammar.schema_rewrite import rewrite_conditionals
@@ -99,6 +99,9 @@ class SchemaConverter(ContainerMixin, NotMixin):
         for key in UNSUPPORTED:
             if key in schema:
                 raise GrammarError(f"unsupported JSON Schema keyword: {key!r}")
+        err = unchecked_error(schema)
+        if err is not None:
+            raise err
         # NOTE: uniqueItems is accepted without being enforced (see the module docstring).
         extra = schema.get("x-all", {})
         nots = list(schema.get("x-nots", []))
@@ -162,7 +165,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
                 else:
                     schema = merge(target, others)
             elif "not" in schema or "not" in schema.get("x-all", {}):
-                schema = self.fold_nots(schema)
+                schema = self.fold_nots(schema, defer=True)
             elif "allOf" in schema:
                 branches = schema["allOf"]
                 out: Any = {k: v for k, v in schema.items() if k != "allOf"}
@@ -176,6 +179,8 @@ class SchemaConverter(ContainerMixin, NotMixin):
                     out = merge(out, b)
                     if out is False:
                         return False
+                    if out is True:
+                        out = {}
                 schema = out
             else:
                 return schema

@@ -6,6 +6,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Callable
 
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_refs import ROOT_URI
 from radixlm.grammar.schema_merge import ALL_TYPES, ANNOTATIONS, _json_eq, resolve_pointer, types_of
 
 OBJECT_KWS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
@@ -54,21 +56,79 @@ def implied_types(schema: dict) -> set[str] | None:
     return ts
 
 
+def possible_types(schema: dict) -> set[str]:
+    """Types of the instances ``schema`` may accept (an over-approximation: ``type``, ``enum`` /
+    ``const``), unlike :func:`implied_types` which may restrict."""
+    ts = types_of(schema)
+    out = set(ALL_TYPES) if ts is None else set(ts)
+    if "enum" in schema or "const" in schema:
+        vals = [schema["const"]] if "const" in schema else list(schema.get("enum", []))
+        vt = {value_type(v) for v in vals}
+        if "integer" in vt:
+            vt.add("number")
+        out &= vt
+    return out
+
+
+def emitted_types(schema: dict) -> set[str]:
+    """Types of the instances the converter may emit for ``schema``: its implied types, or with
+    combinators (whose branches may add a ``type``) its possible types."""
+    if any(k in schema for k in ("anyOf", "oneOf", "allOf", "x-any", "$ref")):
+        return possible_types(schema)
+    ts = implied_types(schema)
+    return set(ALL_TYPES) if ts is None else set(ts)
+
+
+def standard(schema: Any) -> Any:
+    """``schema`` with the converter's internal keywords (``x-all``, ``x-any``, ``x-nots``,
+    ``x-checks``) written back as standard ones, at every depth, for a validator."""
+    if isinstance(schema, list):
+        return [standard(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict = {}
+    more: list = []
+    for k, v in schema.items():
+        if k == "x-all":
+            more += [{k2: standard(x)} for k2, vs in v.items() for x in vs]
+        elif k == "x-any":
+            more += [{kind: standard(branches)} for kind, branches in v]
+        elif k == "x-nots":
+            more += [{"not": standard(n)} for n in v]
+        elif k == "x-checks":
+            more += standard(v)
+        elif k == "x-any-first":
+            continue
+        elif k in ("enum", "const"):
+            out[k] = v
+        else:
+            out[k] = standard(v)
+    if more:
+        out["allOf"] = list(out.get("allOf", [])) + more
+    return out
+
+
 def _validator(schema: dict, root: Any) -> Any:
     import jsonschema
 
-    sub = dict(schema)
+    sub = standard(schema)
     if isinstance(root, dict):
         for key in ("definitions", "$defs"):
             if key in root:
                 sub.setdefault(key, root[key])
-    extra = sub.pop("x-all", {})
-    sub.pop("x-any", None)
-    more = [{k: v} for k, vs in extra.items() for v in vs]
-    if more:
-        sub["allOf"] = list(sub.get("allOf", [])) + more
     cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {}, default=jsonschema.Draft7Validator)
-    return cls(sub)
+    if _REGISTRY and _REGISTRY[0] is root:
+        registry = _REGISTRY[1]
+    else:  # NOTE: the canonical ``$ref``s point into the root document under ROOT_URI
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT7
+
+        registry = Registry().with_resource(ROOT_URI, Resource.from_contents(root, default_specification=DRAFT7))
+        _REGISTRY[:] = [root, registry]
+    return cls(sub, registry=registry)
+
+
+_REGISTRY: list = []
 
 
 def valid_values(schema: dict, root: Any) -> list[Any]:
@@ -83,6 +143,8 @@ def valid_values(schema: dict, root: Any) -> list[Any]:
         check = _validator(rest, root)
         return [v for v in vals if check.is_valid(v)]
     except Exception:  # noqa: BLE001 - an odd sub-schema: fall back to the type filter
+        if "x-checks" in rest:  # NOTE: only the validator can check those: refuse rather than guess
+            raise GrammarError("unsupported JSON Schema keyword: 'not' (could not be checked)") from None
         ts = implied_types(rest)
         return [v for v in vals if ts is None or value_type(v) in ts or
                 (value_type(v) == "integer" and "number" in ts)]
@@ -105,13 +167,13 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
         return disjoint(resolve_pointer(root, a["$ref"]), b, root, string_dfa) if len(a) == 1 else False
     if "$ref" in b:
         return disjoint(a, resolve_pointer(root, b["$ref"]), root, string_dfa) if len(b) == 1 else False
-    if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not")):
-        return False
-    ta = implied_types(a) or set(ALL_TYPES)
-    tb = implied_types(b) or set(ALL_TYPES)
-    common = ta & tb
+    # NOTE: what the converter emits for ``a`` (its implied types) must fail ``b`` (whose language
+    # may hold every type its keywords do not exclude), and the other way round.
+    common = (emitted_types(a) & possible_types(b)) | (emitted_types(b) & possible_types(a))
     if not common:
         return True
+    if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks")):
+        return False
     va = [a["const"]] if "const" in a else a.get("enum")
     vb = [b["const"]] if "const" in b else b.get("enum")
     if va is not None and vb is not None:

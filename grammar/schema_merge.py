@@ -20,6 +20,17 @@ ANNOTATIONS = frozenset({
     "definitions", "$defs", "$anchor", "$dynamicAnchor", "$vocabulary", "discriminator", "nullable",
     "markdownDescription", "errorMessage", "xml", "externalDocs", "$recursiveAnchor", "x-any-first",
 })
+# Keywords that constrain an instance (JSON Schema drafts 4 to 2020-12) and the converter's own;
+# any other keyword is ignored by validators, so by ``not`` and ``allOf`` merging too.
+ASSERTIONS = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "maxItems",
+    "minItems", "uniqueItems", "contains", "maxContains", "minContains", "unevaluatedItems", "properties",
+    "patternProperties", "additionalProperties", "propertyNames", "maxProperties", "minProperties",
+    "required", "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties", "allOf",
+    "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
+    "x-all", "x-any", "x-nots", "x-checks",
+})
 # Assertions merged specially below; everything else that is not an annotation must be equal.
 _MIN = ("minimum", "minLength", "minItems", "minProperties", "exclusiveMinimum")
 _MAX = ("maximum", "maxLength", "maxItems", "maxProperties", "exclusiveMaximum")
@@ -127,13 +138,15 @@ def merge(a: Schema, b: Schema) -> Schema:
                 extra = dict(out.get("x-all", {}))
                 extra[key] = list(extra.get(key, [])) + [vb]
                 out["x-all"] = extra
-        elif key in ("x-any", "x-nots"):
+        elif key in ("x-any", "x-nots", "x-checks"):
             out[key] = list(va) + list(vb)
         elif key == "x-all":
             extra = dict(va)
             for k2, v2 in vb.items():
                 extra[k2] = list(extra.get(k2, [])) + list(v2)
             out[key] = extra
+        elif key not in ASSERTIONS:
+            continue  # NOTE: an unknown keyword constrains nothing
         elif not _json_eq(va, vb):
             raise GrammarError(f"allOf: cannot merge differing '{key}'")
     _fix_additional(out, a, b)

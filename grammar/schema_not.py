@@ -10,7 +10,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.schema_checks import implied_types
-from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
+from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, merge, resolve_pointer
 
 
 # keyword -> (instance type, the opposite keyword, whether it is a lower bound)
@@ -40,10 +40,14 @@ def _groups(neg: dict, keys: set[str]) -> list[dict]:
 class NotMixin:
     """``fold_nots`` / ``apply_not`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
 
-    def fold_nots(self, schema: dict) -> Any:
+    def fold_nots(self, schema: dict, defer: bool = False) -> Any:
         """Rewrite ``not`` into positive keywords where possible; what needs an automaton
-        difference (enum / const / pattern / type) is kept in ``x-nots``."""
+        difference (enum / const / pattern / type) is kept in ``x-nots``. With ``defer``, a ``not``
+        that has no such form is kept in ``x-checks`` (``{"not": s}`` entries): exact where the
+        schema also has ``enum`` / ``const`` (the values are filtered by a validator), a
+        compile error naming the keyword otherwise (see :func:`unchecked_error`)."""
         schema = dict(schema)
+        checks = list(schema.get("x-checks", []))
         extra = dict(schema.get("x-all", {}))
         todo = ([schema.pop("not")] if "not" in schema else []) + list(extra.pop("not", []))
         schema["x-all"] = extra
@@ -60,68 +64,83 @@ class NotMixin:
                 neg = resolve_pointer(self.root, neg["$ref"])
                 todo.append(neg)
                 continue
-            keys = set(neg) - ANNOTATIONS
-            pos: Any = None
+            keys = set(neg) & ASSERTIONS
             if not keys:
                 return False
-            if keys == {"not"}:
-                pos = neg["not"]
-            elif keys == {"anyOf"}:
+            if keys == {"anyOf"}:
                 todo.extend(neg["anyOf"])
                 continue
-            elif keys == {"allOf"}:
-                pos = {"anyOf": [self.fold_nots({"not": b}) for b in neg["allOf"]]}
-            elif keys == {"required"}:
-                if not neg["required"]:
-                    return False
-                pos = {"type": "object", "anyOf": [{"properties": {k: False}} for k in neg["required"]]}
-            elif keys == {"properties"} and isinstance(neg["properties"], dict):
-                if not neg["properties"]:
-                    return False
-                # NOTE: an object in which some declared property is present and fails its schema
-                pos = {"type": "object", "anyOf": [{"required": [k], "properties": {k: self.fold_nots({"not": v})}}
-                                                   for k, v in neg["properties"].items()]}
-            elif keys == {"items"} and isinstance(neg["items"], (dict, bool)):
-                pos = {"type": "array", "contains": self.fold_nots({"not": neg["items"]})}
-            elif len(keys) == 1 and next(iter(keys)) in _COUNTS:
-                key = next(iter(keys))
-                kind, other, is_min = _COUNTS[key]
-                bound = int(neg[key])
-                if is_min and bound <= 0:
-                    return False
-                pos = {"type": kind, other: bound - 1 if is_min else bound + 1}
-            elif keys <= {"minimum", "exclusiveMinimum"} or keys <= {"maximum", "exclusiveMaximum"}:
-                pos = _negate_bound(neg)
-            elif keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (
+            if keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (
                     keys == {"type", "pattern"} and neg.get("type") == "string"):
                 keep.append(neg)
                 continue
-            elif len(_groups(neg, keys)) > 1:
-                # NOTE: not (A and B) = (not A) or (not B), for independent keyword groups
-                pos = {"anyOf": [self.fold_nots({"not": g}) for g in _groups(neg, keys)]}
-            else:
-                raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
+            try:
+                pos = self._positive(neg, keys)
+            except GrammarError:
+                if not defer:
+                    raise
+                checks.append({"not": neg})
+                continue
             schema = merge(schema, pos)
             if not isinstance(schema, dict):
                 return schema
         if keep:
             schema["x-nots"] = keep
+        if checks:
+            schema["x-checks"] = checks
         return schema
 
+    def _positive(self, neg: dict, keys: set[str]) -> Any:
+        """A schema for ``not neg`` without ``not`` at its top level (raises when none is known)."""
+        if keys == {"not"}:
+            return neg["not"]
+        if keys == {"allOf"}:
+            return {"anyOf": [self.fold_nots({"not": b}) for b in neg["allOf"]]}
+        if keys == {"required"}:
+            if not neg["required"]:
+                return False
+            return {"type": "object", "anyOf": [{"properties": {k: False}} for k in neg["required"]]}
+        if keys == {"properties"} and isinstance(neg["properties"], dict):
+            if not neg["properties"]:
+                return False
+            # NOTE: an object in which some declared property is present and fails its schema
+            return {"type": "object", "anyOf": [{"required": [k], "properties": {k: self.fold_nots({"not": v})}}
+                                                for k, v in neg["properties"].items()]}
+        if keys == {"items"} and isinstance(neg["items"], (dict, bool)):
+            return {"type": "array", "contains": self.fold_nots({"not": neg["items"]})}
+        if keys == {"propertyNames"}:
+            return _some_name(neg["propertyNames"])
+        if len(keys) == 1 and next(iter(keys)) in _COUNTS:
+            key = next(iter(keys))
+            kind, other, is_min = _COUNTS[key]
+            bound = int(neg[key])
+            if is_min and bound <= 0:
+                return False
+            return {"type": kind, other: bound - 1 if is_min else bound + 1}
+        if keys <= {"minimum", "exclusiveMinimum"} or keys <= {"maximum", "exclusiveMaximum"}:
+            return _negate_bound(neg)
+        if len(_groups(neg, keys)) > 1:
+            # NOTE: not (A and B) = (not A) or (not B), for independent keyword groups
+            return {"anyOf": [self.fold_nots({"not": g}) for g in _groups(neg, keys)]}
+        raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
+
     def apply_not_types(self, schema: dict, neg: Any, types: set[str] | None) -> set[str] | None:
-        if isinstance(neg, dict) and set(neg) - ANNOTATIONS == {"type"}:
+        """The instance types left by ``not {type: ...}`` (non-integer numbers are refused)."""
+        if isinstance(neg, dict) and set(neg) & ASSERTIONS == {"type"}:
             banned = implied_types({"type": neg["type"]}) or set()
             base = set(types) if types is not None else {"null", "boolean", "object", "array", "string", "number", "integer"}
             left = base - banned
             if "number" in base and "number" not in left and "integer" in left:
                 left.discard("integer")
+            if "integer" in banned:  # NOTE: numbers that are not integers: not expressed (refused)
+                left.discard("number")
             return left
         return types
 
     def apply_not(self, schema: dict, neg: Any, out: Node) -> Node:
         if not isinstance(neg, dict):
             return NOTHING if neg is True else out
-        keys = set(neg) - ANNOTATIONS
+        keys = set(neg) & ASSERTIONS
         if keys == {"type"}:
             return out
         if keys <= {"enum", "const"} or (keys == {"pattern"} or keys == {"type", "pattern"} and neg.get("type") == "string"):
@@ -140,6 +159,35 @@ class NotMixin:
 
     # --- values -------------------------------------------------------------------------------
 
+
+
+def unchecked_error(schema: dict) -> GrammarError | None:
+    """The compile error for ``x-checks`` that no ``enum`` / ``const`` lets a validator check."""
+    checks = schema.get("x-checks")
+    if not checks or "enum" in schema or "const" in schema:
+        return None
+    neg = checks[0]["not"]
+    keys = sorted(set(neg) & ASSERTIONS) if isinstance(neg, dict) else []
+    return GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(keys) + ")")
+
+
+def _some_name(names: Any) -> Any:
+    """``not {propertyNames: names}``: an object with a key that fails ``names`` (the forms whose
+    negation is a plain "some key is present"; else a compile error)."""
+    if names is False:
+        return {"type": "object", "minProperties": 1}
+    if names is True or names == {}:
+        return False
+    inner = names.get("not") if isinstance(names, dict) and set(names) & ASSERTIONS == {"not"} else None
+    if isinstance(inner, dict) and set(inner) & ASSERTIONS <= {"enum", "const"} and set(inner) & ASSERTIONS:
+        vals = [inner["const"]] if "const" in inner else list(inner["enum"])
+        if "const" in inner and "enum" in inner:
+            vals = [v for v in vals if v in inner["enum"]]
+        keys = [v for v in vals if isinstance(v, str)]
+        if not keys:
+            return False
+        return {"type": "object", "anyOf": [{"required": [k]} for k in keys]}
+    raise GrammarError("unsupported JSON Schema keyword: 'not' (with propertyNames)")
 
 
 def _negate_bound(neg: dict) -> dict:

@@ -16,6 +16,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import merge
 
+MAX_OUTSIDE = 4
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 
 
@@ -30,6 +31,16 @@ def _view(schema: Any, t: str) -> Any:
         return merge(schema, {"type": t})
     except GrammarError:
         return None
+
+
+def _outside_keys(a: Any, b: dict) -> list[str]:
+    """Up to ``MAX_OUTSIDE`` properties that ``a`` allows and ``b`` forbids (``b`` has
+    ``additionalProperties: false`` and neither declares nor pattern-matches them)."""
+    if not isinstance(a, dict) or b.get("additionalProperties") is not False or b.get("patternProperties"):
+        return []
+    theirs = b.get("properties", {})
+    out = [k for k, v in a.get("properties", {}).items() if k not in theirs and v is not False]
+    return out[:MAX_OUTSIDE]
 
 
 def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Callable[[Any], Any]) -> Any:
@@ -49,6 +60,12 @@ def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Call
             theirs = [k for k in b.get("required", []) if k not in mine]
             if theirs:
                 views.append(merge(va, {"properties": {theirs[0]: False}}))
+                narrowed_any = True
+                continue
+            outside = _outside_keys(va, b)
+            if outside:
+                # NOTE: b forbids undeclared keys: a with one of its own keys that b lacks fails b
+                views.append({"anyOf": [merge(va, {"required": [k]}) for k in outside]})
                 narrowed_any = True
                 continue
         rest = {k: v for k, v in b.items() if k != "type"} if isinstance(b, dict) else b
