@@ -33,10 +33,14 @@ class Backend(ABC):
             round trip).  ``RuntimeEndpoint`` sets it False: over HTTP the branches' own requests
             share the prefix through the server's in-batch prefix sharing, and SGLang's frontend
             sends ``fork(3)`` + 3 gens as 3 requests too.
+        typed_sampling_params: whether ``sampling_params`` of a generation payload is the runtime's
+            validated ``SamplingParams`` (in process: the Engine takes it as is) rather than the
+            protocol dict (a JSON body).
     """
 
     chat_template: ChatTemplate
     fork_commits_prefix: bool = True
+    typed_sampling_params: bool = False
 
     @abstractmethod
     def request(self, payload: dict[str, Any]) -> Response | list[Response]:
@@ -88,14 +92,14 @@ class Backend(ABC):
 
     def generate(self, prompt: str, params: SamplingParams) -> tuple[str, Response]:
         """Complete ``prompt``. Returns ``(text, meta_info)``; text excludes prompt and stop."""
-        obj = self.request({**_payload(prompt, params), **self._lease_fields()})
+        obj = self.request({**_payload(prompt, params, self.typed_sampling_params), **self._lease_fields()})
         assert isinstance(obj, dict)
         return obj["text"], obj["meta_info"]
 
     def generate_n(self, prompt: str, params: SamplingParams,
                    n: int) -> tuple[list[str], list[Response]]:
         """``n`` completions of ``prompt`` in one batched request: ``(texts, meta_infos)``."""
-        payload = {**_payload(prompt, params), **self._lease_fields()}
+        payload = {**_payload(prompt, params, self.typed_sampling_params), **self._lease_fields()}
         payload["text"] = [prompt] * n
         objs = self.request(payload)
         assert isinstance(objs, list) and len(objs) == n
@@ -103,7 +107,7 @@ class Backend(ABC):
 
     def generate_stream(self, prompt: str, params: SamplingParams) -> Iterator[tuple[str, Response]]:
         """Stream a completion: yields ``(delta_text, meta_info)``; deltas concatenate to the text."""
-        payload = {**_payload(prompt, params), **self._lease_fields()}
+        payload = {**_payload(prompt, params, self.typed_sampling_params), **self._lease_fields()}
         payload["stream"] = True
         seen = 0
         for chunk in self.request_stream(payload):
@@ -133,10 +137,12 @@ class Backend(ABC):
         return score_choices(self, prompt, choices, method, self._lease_fields())
 
 
-def _payload(prompt: str, params: SamplingParams) -> dict[str, Any]:
-    sp = {"skip_special_tokens": global_config.skip_special_tokens_in_output,
-          "spaces_between_special_tokens": global_config.spaces_between_special_tokens_in_out,
-          **params.to_native()}
+def _payload(prompt: str, params: SamplingParams, typed: bool = False) -> dict[str, Any]:
+    """The ``/generate`` body of one generation; ``typed``: ``sampling_params`` is the runtime's
+    dataclass (validated here), else the protocol dict."""
+    defaults = {"skip_special_tokens": global_config.skip_special_tokens_in_output,
+                "spaces_between_special_tokens": global_config.spaces_between_special_tokens_in_out}
+    sp = params.to_runtime(**defaults) if typed else {**defaults, **params.to_native()}
     return {"text": prompt, "sampling_params": sp, **params.request_options()}
 
 

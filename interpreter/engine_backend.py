@@ -23,7 +23,12 @@ class EngineBackend(Backend):
             input_ids=..., return_logprob=..., logprob_start_len=..., top_logprobs_num=...,
             stream=...)`` returning native responses, and ``tokenizer``).
         chat_template: role markers; default: derived from ``engine.tokenizer``'s chat template.
+
+    Generation payloads carry the runtime's ``SamplingParams`` (validated once, by the DSL),
+    which ``Engine.generate`` uses as is: no dict in between.
     """
+
+    typed_sampling_params = True
 
     def __init__(self, engine: Any, chat_template: ChatTemplate | None = None) -> None:
         self.engine = engine

@@ -22,10 +22,17 @@ if TYPE_CHECKING:
 _SAMPLING_KEYS = {f.name for f in fields(SamplingParams)} - {"dtype", "regex", "json_schema", "ebnf"}
 
 
+_DEFAULTED = ("max_new_tokens", "n", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
+              "presence_penalty", "ignore_eos")
+
+
 def run_defaults(overrides: dict[str, Any]) -> SamplingParams:
-    """Run-level default sampling parameters (SGLang's: 128 new tokens, temperature 1.0, ...)."""
-    base = SamplingParams(max_new_tokens=128, n=1, temperature=1.0, top_p=1.0, top_k=-1,
-                          min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, ignore_eos=False)
+    """Run-level default sampling parameters: the runtime's defaults (SGLang's: 128 new tokens,
+    temperature 1.0, ...) of the ``_DEFAULTED`` fields, then ``overrides``."""
+    from radixlm.runtime.sampling_params import SamplingParams as RuntimeSamplingParams
+
+    runtime = RuntimeSamplingParams()
+    base = SamplingParams(**{k: getattr(runtime, k) for k in _DEFAULTED})
     for k, v in overrides.items():
         setattr(base, k, v)
     return base

@@ -10,13 +10,14 @@ primitives; ``a + b`` of nodes builds an :class:`ExprList`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any
 
 from radixlm.lang.choices import ChoicesSamplingMethod
 from radixlm.lang.constraints import (  # noqa: F401 - REGEX_* re-exported as in sglang.lang.ir
     REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, dtype_stop_strings, dtype_to_regex,
 )
+from radixlm.runtime.sampling_params import SamplingParams as RuntimeSamplingParams
 
 _node_ids = itertools.count()
 
@@ -68,47 +69,8 @@ class Constant(Expr):
         return f"Constant({self.value!r})"
 
 
-@dataclass
-class SamplingParams:
-    """Sampling parameters of one ``gen`` call; ``None`` means "inherit the run's default".
-
-    Fields mirror DESIGN.md §3.1/§3.2.  ``max_new_tokens`` counts tokens; ``temperature`` < 1e-6 is
-    greedy; ``top_k`` -1 disables it.  ``dtype`` (int/float/str/bool) is turned into a regex by
-    :meth:`to_native`; ``json_schema`` is a JSON string (``gen`` converts dicts and pydantic classes).
-    """
-
-    max_new_tokens: int | None = None
-    min_new_tokens: int | None = None
-    n: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    stop_regex: str | list[str] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
-    ignore_eos: bool | None = None
-    seed: int | None = None
-    return_logprob: bool | None = None
-    logprob_start_len: int | None = None
-    top_logprobs_num: int | None = None
-    return_text_in_logprobs: bool | None = None
-    dtype: Any = None
-    regex: str | None = None
-    json_schema: str | None = None
-    ebnf: str | None = None
-
-    # NOTE: keys sent inside the native ``sampling_params`` object (the rest go top-level).
-    _NATIVE_KEYS = (
-        "max_new_tokens", "min_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature",
-        "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-        "ignore_eos", "seed", "regex", "json_schema", "ebnf",
-    )
-    _REQUEST_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num",
-                     "return_text_in_logprobs")
+class _DslSamplingParams:
+    """Methods of the DSL's :data:`SamplingParams` (its fields are generated below)."""
 
     def merged(self, defaults: SamplingParams | None) -> SamplingParams:
         """A copy where every ``None`` field is taken from ``defaults`` (a run's defaults)."""
@@ -118,15 +80,17 @@ class SamplingParams:
         for k, v in vals.items():
             if v is None:
                 vals[k] = getattr(defaults, k)
-        return SamplingParams(**vals)
+        return type(self)(**vals)
 
     def to_native(self) -> dict[str, Any]:
-        """The native protocol's ``sampling_params`` dict (``None`` fields omitted).
+        """The native protocol's ``sampling_params`` dict (``None`` fields omitted; ``dtype``
+        turned into ``regex`` and stop strings; ``n`` left out: the interpreter expands it into a
+        batch, see ``Backend.generate_n``), for JSON bodies.
 
         Raises:
             ValueError: for an unsupported ``dtype``.
         """
-        out = {k: getattr(self, k) for k in self._NATIVE_KEYS if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in _RUNTIME_FIELDS if k != "n" and getattr(self, k) is not None}
         if isinstance(out.get("stop"), tuple):
             out["stop"] = list(out["stop"])
         if self.dtype is not None:
@@ -140,14 +104,41 @@ class SamplingParams:
                 out["stop"] = stop + [x for x in extra if x not in stop]
         return out
 
+    def to_runtime(self, **defaults: Any) -> RuntimeSamplingParams:
+        """The runtime's :class:`~radixlm.runtime.sampling_params.SamplingParams` of the set fields
+        (``defaults`` fill the unset ones), validated once, here (the in-process Engine takes it as
+        is). Raises ``ValueError`` naming a bad field or an unsupported ``dtype``."""
+        return RuntimeSamplingParams.validated(**{**defaults, **self.to_native()})
+
     def request_options(self) -> dict[str, Any]:
         """Top-level request fields (logprob options) that are set."""
-        return {k: getattr(self, k) for k in self._REQUEST_KEYS if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in _REQUEST_FIELDS if getattr(self, k) is not None}
 
     def describe(self) -> str:
         """Short ``k=v`` list of the set fields, for ``__str__`` of traces."""
         return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                          if getattr(self, f.name) is not None)
+
+
+# NOTE: the sampling fields are the runtime's (runtime/sampling_params.py, the one definition);
+# the DSL adds request-level options (top-level fields of a native request) and ``dtype``.
+_RUNTIME_FIELDS = tuple(f.name for f in fields(RuntimeSamplingParams))
+_REQUEST_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+SamplingParams = make_dataclass(
+    "SamplingParams",
+    [(name, Any, field(default=None)) for name in (*_RUNTIME_FIELDS, *_REQUEST_FIELDS, "dtype")],
+    bases=(_DslSamplingParams,),
+)
+SamplingParams.__module__ = __name__
+SamplingParams.__doc__ = """Sampling parameters of one ``gen`` call; ``None`` means "inherit the run's default".
+
+Fields: every field of the runtime's ``SamplingParams`` (same names and meaning: DESIGN.md
+§3.1/§3.2; ``max_new_tokens`` counts tokens, ``temperature`` < 1e-6 is greedy, ``top_k`` -1 disables
+it), the request-level logprob options (``return_logprob``, ``logprob_start_len``,
+``top_logprobs_num``, ``return_text_in_logprobs``) and ``dtype`` (int/float/str/bool: a regex, see
+:meth:`to_native`). ``json_schema`` is a JSON string (``gen`` converts dicts and pydantic classes).
+:meth:`to_runtime` gives the runtime's dataclass, :meth:`to_native` the protocol dict.
+"""
 
 
 @dataclass(eq=False)

@@ -1,115 +1,203 @@
-"""Per-request sampling parameters with the SGLang native protocol's names and defaults."""
+"""Per-request sampling parameters: the one definition of their names, defaults and validation.
+
+:class:`SamplingParams` is used by the runtime (``Req.sampling_params``), generated into the HTTP
+edge's pydantic models (``runtime/server/protocol.py``: same names, types, bounds and checks) and
+produced by the DSL (``lang/ir.py``). Each field's type carries its validation (pydantic
+``Annotated`` constraints and validators); cross-field rules live in ``__post_init__``. A request
+is validated once: by the HTTP model at the server's edge, or by :meth:`SamplingParams.from_dict`
+in process (``Engine.generate`` with a dict).
+"""
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
 GREEDY_EPS = 1e-6  # temperature below this means greedy (argmax)
 MAX_INT = 2**31 - 1  # bound of integer fields (token counts, top_k, token ids)
-MAX_N = 1024  # samples per prompt (the HTTP edge allows 128)
+MAX_N = 1024  # samples per prompt (the HTTP edge allows 128: protocol.MAX_N)
+MAX_SEED = 2**63 - 1  # seed + n must stay below this
+MAX_STOP = 32  # stop strings / stop patterns per request
+MAX_STOP_CHARS = 1024  # characters of one stop string
+MAX_STOP_IDS = 1024  # stop token ids per request
+MAX_GRAMMAR_CHARS = 32 * 1024  # characters of a regex, JSON schema or EBNF grammar
+
+
+def check_regex(pattern: str, name: str = "regex") -> str:
+    """Cheap syntax check of a regex (Python ``re``); raises ``ValueError`` naming ``name``."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as e:
+        raise ValueError(f"invalid {name}: {e}") from None
+    return pattern
+
+
+def check_json_schema(schema: str | dict | bool) -> str:
+    """Parse (when a string) and meta-validate a JSON Schema; returns its JSON text.
+    Raises ``ValueError`` for invalid JSON or a schema the meta-schema rejects (e.g. ``minItems: -5``)."""
+    import jsonschema
+
+    if isinstance(schema, str):
+        try:
+            obj = json.loads(schema)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"json_schema is not valid JSON: {e}") from None
+    else:
+        obj = schema
+    if not isinstance(obj, (dict, bool)):
+        raise ValueError("json_schema must be a JSON object")
+    try:
+        jsonschema.validators.validator_for(obj, default=jsonschema.Draft202012Validator).check_schema(obj)
+    except jsonschema.SchemaError as e:
+        raise ValueError(f"invalid json_schema: {e.message}") from None
+    except RecursionError:
+        raise ValueError("invalid json_schema: nested too deeply") from None
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise ValueError(f"json_schema is longer than {MAX_GRAMMAR_CHARS} characters")
+    return text
+
+
+def check_ebnf(grammar: str) -> str:
+    """Cheap check of an EBNF (lark) grammar: defines ``root``. The real compile runs once, in the
+    scheduler, with a time limit. Raises ``ValueError``."""
+    if not re.search(r"(?m)^\s*\??root\s*(\.\d+)?\s*(:|::=)", grammar):
+        raise ValueError("invalid ebnf: no rule named root")
+    return grammar
+
+
+def _str_list(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+def _optional(check):
+    return lambda v: v if v is None else check(v)
+
+
+def _check_stop_regex(v: list[str] | None) -> list[str] | None:
+    for p in v or []:
+        check_regex(p, "stop_regex")
+    return [p for p in v or [] if p] or None
+
+
+def _schema_text(v: Any) -> Any:
+    return json.dumps(v) if isinstance(v, dict) else v
+
+
+def _top_k(v: int) -> int:
+    if v != -1 and v < 1:
+        raise ValueError("top_k must be -1 (off) or >= 1")
+    return v
+
+
+# ---- field types: each carries its own validation (pydantic runs it; see protocol.py)
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+TokenId = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
+TokenLen = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
+GrammarStr = Annotated[str, Field(max_length=MAX_GRAMMAR_CHARS)]
+StopStr = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+Stops = Annotated[list[StopStr], BeforeValidator(_str_list), Field(max_length=MAX_STOP),
+                  AfterValidator(lambda v: [s for s in v if s])]
+StopIds = Annotated[list[TokenId], Field(max_length=MAX_STOP_IDS)]
+StopRegex = Annotated[Annotated[list[GrammarStr], Field(max_length=MAX_STOP)] | None, BeforeValidator(_str_list),
+                      AfterValidator(_check_stop_regex)]
+Regex = Annotated[GrammarStr | None, AfterValidator(_optional(check_regex))]
+JsonSchema = Annotated[GrammarStr | None, BeforeValidator(_schema_text), AfterValidator(_optional(check_json_schema))]
+Ebnf = Annotated[GrammarStr | None, AfterValidator(_optional(check_ebnf))]
+Penalty = Annotated[Finite, Field(ge=-2, le=2)]
 
 
 @dataclass
 class SamplingParams:
-    """Sampling and stopping controls of one request (DESIGN.md §3.2).
+    """Sampling and stopping controls of one request (DESIGN.md §3.2), SGLang's names and defaults.
 
     ``temperature`` < 1e-6 is greedy. ``top_k`` = -1 disables top-k; ``top_p`` = 1 and
     ``min_p`` = 0 disable theirs. ``max_new_tokens`` = 0 is a prefill-only request. ``stop`` is a
     string or list of strings trimmed from the output; ``stop_token_ids`` end generation like EOS;
     ``stop_regex`` (pattern or list) ends it when a pattern matches the decoded output, which is
     cut where the match starts (finish reason ``{"type": "stop", "matched": pattern}``).
-    ``seed`` makes sampling reproducible per request. ``regex``/``json_schema``/``ebnf`` constrain
-    decoding (at most one). Unknown keys passed to :meth:`from_dict` are ignored.
-    :meth:`validate` raises ``ValueError`` naming the offending field.
+    ``seed`` makes sampling reproducible per request (sample ``k`` of ``n`` uses ``seed + k``).
+    ``regex``/``json_schema``/``ebnf`` constrain decoding (at most one; a ``json_schema`` dict is
+    stored as its JSON text).
+
+    Constructing directly checks only the cross-field rules (``__post_init__``); untrusted input
+    goes through :meth:`from_dict` or the HTTP models, which also check every field's type and
+    range and raise ``ValueError`` / ``ValidationError`` naming the field.
     """
 
-    max_new_tokens: int = 128
-    min_new_tokens: int = 0
-    n: int = 1
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    stop_regex: list[str] | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    regex: str | None = None
-    json_schema: str | None = None
-    ebnf: str | None = None
-    seed: int | None = None
+    max_new_tokens: TokenLen = 128
+    min_new_tokens: TokenLen = 0
+    n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] = 1
+    stop: Stops = field(default_factory=list)
+    stop_token_ids: StopIds = field(default_factory=list)
+    stop_regex: StopRegex = None
+    temperature: Annotated[Finite, Field(ge=0)] = 1.0
+    top_p: Annotated[Finite, Field(gt=0, le=1)] = 1.0
+    top_k: Annotated[StrictInt, Field(ge=-MAX_INT, le=MAX_INT), AfterValidator(_top_k)] = -1
+    min_p: Annotated[Finite, Field(ge=0, le=1)] = 0.0
+    frequency_penalty: Penalty = 0.0
+    presence_penalty: Penalty = 0.0
+    repetition_penalty: Annotated[Finite, Field(ge=0.01, le=2)] = 1.0
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    spaces_between_special_tokens: StrictBool = True
+    regex: Regex = None
+    json_schema: JsonSchema = None
+    ebnf: Ebnf = None
+    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "SamplingParams":
-        """Build from a protocol dict (unknown keys ignored, ``None`` values mean default)."""
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        sp = cls(**{k: v for k, v in d.items() if k in known and v is not None})
-        if isinstance(sp.stop, str):
-            sp.stop = [sp.stop]
-        sp.stop = [s for s in (sp.stop or []) if s]
-        sp.stop_token_ids = list(sp.stop_token_ids or [])
-        if isinstance(sp.stop_regex, str):
-            sp.stop_regex = [sp.stop_regex]
-        sp.stop_regex = [p for p in (sp.stop_regex or []) if p] or None
-        if isinstance(sp.json_schema, dict):
-            import json
-
-            sp.json_schema = json.dumps(sp.json_schema)
-        sp.validate()
-        return sp
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature < GREEDY_EPS
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field of a wrong type or out of range (floats
-        must be finite; ints are bounded so that tensors built from them cannot overflow)."""
-        for name in ("max_new_tokens", "min_new_tokens", "n", "top_k"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_INT:
-                raise ValueError(f"sampling_params.{name}={v!r} must be an integer in range")
-        for name in ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"sampling_params.{name}={v!r} must be a finite number")
-        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t <= MAX_INT for t in self.stop_token_ids):
-            raise ValueError("sampling_params.stop_token_ids must be non-negative token ids")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63 - self.n):
-            raise ValueError(f"sampling_params.seed={self.seed!r} must be an integer in [0, 2**63 - n)")
-        for p in self.stop_regex or []:
-            try:
-                re.compile(p)
-            except (re.error, TypeError, RecursionError, OverflowError) as e:
-                raise ValueError(f"sampling_params.stop_regex {p!r:.60} is invalid: {e}") from None
-        checks = [
-            ("max_new_tokens", self.max_new_tokens >= 0),
-            ("min_new_tokens", 0 <= self.min_new_tokens),
-            ("n", 1 <= self.n <= MAX_N),
-            ("temperature", self.temperature >= 0),
-            ("top_p", 0 < self.top_p <= 1),
-            ("top_k", self.top_k == -1 or self.top_k >= 1),
-            ("min_p", 0 <= self.min_p <= 1),
-            ("frequency_penalty", -2 <= self.frequency_penalty <= 2),
-            ("presence_penalty", -2 <= self.presence_penalty <= 2),
-            ("repetition_penalty", 0.01 <= self.repetition_penalty <= 2),
-        ]
-        for name, ok in checks:
-            if not ok:
-                raise ValueError(f"sampling_params.{name}={getattr(self, name)!r} is out of range")
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop] if self.stop else []
+        if isinstance(self.stop_regex, str):
+            self.stop_regex = [self.stop_regex]
         if self.max_new_tokens < self.min_new_tokens:
             raise ValueError("sampling_params.min_new_tokens must not exceed max_new_tokens")
         if sum(x is not None for x in (self.regex, self.json_schema, self.ebnf)) > 1:
             raise ValueError("sampling_params: only one of regex, json_schema and ebnf may be set")
+        if self.seed is not None and self.seed + self.n > MAX_SEED:
+            raise ValueError(f"sampling_params.seed={self.seed!r} must be below 2**63 - n")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
+        """Validate a protocol dict into a ``SamplingParams`` (unknown keys ignored, ``None``
+        values mean default; a ``SamplingParams`` is returned as is).
+
+        Raises:
+            ValueError: naming the first bad field (``sampling_params.<name>: <why>``).
+        """
+        if isinstance(d, SamplingParams):
+            return d
+        if d is not None and not isinstance(d, dict):
+            raise ValueError(f"sampling_params must be a dict, got {type(d).__name__}")
+        return cls.validated(**(d or {}))
+
+    @classmethod
+    def validated(cls, **values: Any) -> SamplingParams:
+        """Construct with every field checked (types, ranges, grammar syntax, cross-field rules);
+        unknown names are ignored and ``None`` means default. Raises ``ValueError`` as
+        :meth:`from_dict`."""
+        known = _field_names()
+        try:
+            return _adapter().validate_python({k: v for k, v in values.items() if k in known and v is not None})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            msg = first["msg"].replace("Value error, ", "")
+            raise ValueError(f"sampling_params.{where}: {msg}" if where else msg) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The protocol dict of the fields that differ from their defaults (for JSON bodies)."""
+        default = _default()
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS
 
     @property
     def grammar(self) -> tuple[str, str] | None:
@@ -118,3 +206,24 @@ class SamplingParams:
             if getattr(self, kind) is not None:
                 return kind, getattr(self, kind)
         return None
+
+
+_cache: dict[str, Any] = {}
+
+
+def _adapter() -> TypeAdapter:
+    if "adapter" not in _cache:
+        _cache["adapter"] = TypeAdapter(SamplingParams)
+    return _cache["adapter"]
+
+
+def _field_names() -> frozenset[str]:
+    if "names" not in _cache:
+        _cache["names"] = frozenset(f.name for f in fields(SamplingParams))
+    return _cache["names"]
+
+
+def _default() -> SamplingParams:
+    if "default" not in _cache:
+        _cache["default"] = SamplingParams()
+    return _cache["default"]

@@ -1,8 +1,7 @@
-"""Every sampling parameter the edge accepts is read by the runtime (issue 16: the third copy of
-the parameters is how ``stop_regex`` came to be silently ignored). Static: each field of
-``SamplingParams`` must be read as an attribute somewhere in the runtime outside its own module
-(or, for the three constraint fields, through ``SamplingParams.grammar``, which the grammar
-backend reads); the HTTP protocol and the DSL must not accept a sampling field the runtime lacks."""
+"""One sampling-parameter definition (issue 16): ``runtime/sampling_params.py``. Every field it
+defines is read by the runtime (static check: the third copy of the parameters is how
+``stop_regex`` came to be silently ignored), and every entry point (the native and OpenAI HTTP
+models, the DSL, the in-process Engine) carries every field it accepts into that one dataclass."""
 
 from __future__ import annotations
 
@@ -10,11 +9,23 @@ import ast
 import dataclasses
 import pathlib
 
+import pytest
+
 import radixlm
 from radixlm.runtime.sampling_params import SamplingParams
 
 ROOT = pathlib.Path(radixlm.__file__).parent
 GRAMMAR_FIELDS = {"regex", "json_schema", "ebnf"}  # read via SamplingParams.grammar
+FIELDS = [f.name for f in dataclasses.fields(SamplingParams)]
+# A valid non-default value of every field (the constraint fields are exclusive: one at a time).
+NON_DEFAULT = {
+    "max_new_tokens": 7, "min_new_tokens": 2, "n": 3, "stop": ["\n\n"], "stop_token_ids": [5],
+    "stop_regex": ["[0-9]{3}"], "temperature": 0.5, "top_p": 0.9, "top_k": 4, "min_p": 0.1,
+    "frequency_penalty": 0.25, "presence_penalty": -0.5, "repetition_penalty": 1.5, "ignore_eos": True,
+    "skip_special_tokens": False, "spaces_between_special_tokens": False, "regex": "[a-z]+",
+    "json_schema": '{"type": "object"}', "ebnf": 'root ::= "a"', "seed": 11,
+}
+CASES = [{k: v for k, v in NON_DEFAULT.items() if k not in GRAMMAR_FIELDS - {g}} for g in sorted(GRAMMAR_FIELDS)]
 
 
 def _attribute_reads(paths) -> set[str]:
@@ -26,31 +37,92 @@ def _attribute_reads(paths) -> set[str]:
     return names
 
 
+def _set_fields(sp: SamplingParams, case: dict) -> dict:
+    return {k: getattr(sp, k) for k in case}
+
+
 def test_every_sampling_field_is_read_by_the_runtime():
     runtime = [p for p in (ROOT / "runtime").rglob("*.py") if p.name != "sampling_params.py"
                and "server" not in p.parts]
     reads = _attribute_reads(runtime)
-    fields = {f.name for f in dataclasses.fields(SamplingParams)}
-    unread = sorted(f for f in fields - GRAMMAR_FIELDS if f not in reads)
+    unread = sorted(f for f in set(FIELDS) - GRAMMAR_FIELDS if f not in reads)
     assert not unread, f"sampling parameters accepted but never read by the runtime: {unread}"
     assert "grammar" in reads  # the constraint fields' reader
     source = (ROOT / "runtime" / "sampling_params.py").read_text()
     assert all(f"self.{f}" in source for f in GRAMMAR_FIELDS)
 
 
-def test_edge_sampling_fields_exist_in_the_runtime():
+def test_non_default_table_covers_every_field():
+    assert set(NON_DEFAULT) == set(FIELDS)
+    default = SamplingParams()
+    assert all(getattr(default, k) != v for k, v in NON_DEFAULT.items())
+
+
+def test_edge_sampling_fields_are_the_runtime_fields():
     from radixlm.runtime.server.protocol import NativeSamplingParams
 
-    edge = set(NativeSamplingParams.model_fields)
-    runtime = {f.name for f in dataclasses.fields(SamplingParams)}
-    assert edge - runtime == set(), f"accepted at the HTTP edge, unknown to the runtime: {sorted(edge - runtime)}"
+    assert set(NativeSamplingParams.model_fields) == set(FIELDS)
 
 
-def test_dsl_sampling_fields_reach_the_runtime():
-    """The DSL's sampling fields are the runtime's, plus request-level ones (logprobs, dtype)."""
+@pytest.mark.parametrize("case", CASES, ids=sorted(GRAMMAR_FIELDS))
+def test_native_edge_carries_every_field(case):
+    from radixlm.runtime.server.protocol import GenerateReqInput
+
+    body = GenerateReqInput.model_validate({"text": "hi", "sampling_params": case})
+    assert _set_fields(body.sampling_params.to_runtime(), case) == case
+
+
+@pytest.mark.parametrize("case", CASES, ids=sorted(GRAMMAR_FIELDS))
+def test_openai_edge_carries_every_field_it_accepts(case):
+    from radixlm.runtime.server.http_openai import _sampling
+    from radixlm.runtime.server.protocol import ChatCompletionRequest
+
+    renamed = {"min_new_tokens": "min_tokens"}
+    fields = ChatCompletionRequest.model_fields
+    body = {renamed.get(k, k): v for k, v in case.items() if renamed.get(k, k) in fields}
+    req = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], **body})
+    sp = _sampling(req, case["max_new_tokens"], None)
+    carried = {k: v for k, v in case.items() if renamed.get(k, k) in fields or k == "max_new_tokens"}
+    assert _set_fields(sp, carried) == carried
+    # NOTE: the OpenAI API has no spaces_between_special_tokens; everything else is accepted
+    assert set(case) - set(carried) <= {"spaces_between_special_tokens"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=sorted(GRAMMAR_FIELDS))
+def test_dsl_carries_every_field_without_a_dict_round_trip(case):
+    from radixlm.interpreter.backend import _payload
     from radixlm.lang.ir import SamplingParams as DslSamplingParams
 
     request_level = {"dtype", "logprob_start_len", "return_logprob", "return_text_in_logprobs", "top_logprobs_num"}
-    dsl = {f.name for f in dataclasses.fields(DslSamplingParams)} - request_level
-    runtime = {f.name for f in dataclasses.fields(SamplingParams)}
-    assert dsl <= runtime, f"DSL sampling fields unknown to the runtime: {sorted(dsl - runtime)}"
+    assert {f.name for f in dataclasses.fields(DslSamplingParams)} - request_level == set(FIELDS)
+    dsl = DslSamplingParams(**case)
+    sp = _payload("p", dsl, typed=True)["sampling_params"]
+    assert isinstance(sp, SamplingParams)
+    expected = {k: v for k, v in case.items() if k != "n"}  # NOTE: the interpreter expands n itself
+    assert _set_fields(sp, expected) == expected
+    assert _payload("p", dsl)["sampling_params"] == expected
+
+
+def test_engine_takes_the_typed_params_as_is():
+    from radixlm.interpreter.engine_backend import EngineBackend
+    from radixlm.lang.ir import SamplingParams as DslSamplingParams
+
+    seen = []
+
+    class FakeEngine:
+        tokenizer = None
+
+        def generate(self, prompt=None, input_ids=None, sampling_params=None, stream=False, **kw):
+            seen.append(sampling_params)
+            return {"text": "", "output_ids": [], "meta_info": {}}
+
+    EngineBackend(FakeEngine()).generate("p", DslSamplingParams(temperature=0.0, stop_regex="x"))
+    assert isinstance(seen[0], SamplingParams) and seen[0].stop_regex == ["x"]
+    assert SamplingParams.from_dict(seen[0]) is seen[0]
+
+
+def test_validation_names_the_field():
+    with pytest.raises(ValueError, match="stop_regex"):
+        SamplingParams.from_dict({"stop_regex": "("})
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams.validated(top_k=0)

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.protocol import (
     AbortReqInput, DetokenizeReqInput, GenerateReqInput, ReleaseCacheLeaseInput, TokenizeReqInput,
 )
@@ -132,8 +133,9 @@ async def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[li
         rids = [body.rid if n == 1 or body.rid is None else f"{body.rid}-{i}" for i in range(n)]
     lease = body.cache_lease.model_dump() if body.cache_lease else None
     return [
-        GenSpec(prompts[i], sps[i].model_dump(exclude_none=True) if sps[i] is not None else {}, bool(lps[i]),
-                starts[i], tops[i], body.return_text_in_logprobs, rids[i], cache_lease=lease)
+        GenSpec(prompts[i], sps[i].to_runtime() if sps[i] is not None else SamplingParams(), bool(lps[i]),
+                starts[i], tops[i], body.return_text_in_logprobs, rids[i], cache_lease=lease,
+                clamp_max_new=sps[i] is None or sps[i].max_new_tokens is None)
         for i in range(n)
     ], single
 
@@ -158,7 +160,7 @@ async def generate_choices(body: GenerateReqInput, tm: TokenizerManager, request
     base = body.rid or uuid.uuid4().hex
     lease = body.cache_lease.model_dump() if body.cache_lease else None
     # NOTE: only the prompt + choice requests carry the lease (they hold the program's prefix)
-    specs = [GenSpec(ids, dict(SCORING_PARAMS), True, start, 0, True, f"{base}-choice-{i}",
+    specs = [GenSpec(ids, SamplingParams(**SCORING_PARAMS), True, start, 0, True, f"{base}-choice-{i}",
                      cache_lease=lease if i < len(plan.choices) else None)
              for i, (ids, start) in enumerate(plan.requests())]
     t0 = time.perf_counter()
@@ -261,7 +263,7 @@ def create_app(tm: TokenizerManager) -> FastAPI:
 
     @app.get("/health_generate")
     async def health_generate(request: Request):
-        spec = GenSpec((await tm.encode_async("ok"))[:1] or [0], {"max_new_tokens": 1, "temperature": 0.0})
+        spec = GenSpec((await tm.encode_async("ok"))[:1] or [0], SamplingParams(max_new_tokens=1, temperature=0.0))
         states, queue = await tm.submit([spec])
         try:
             await asyncio.wait_for(tm.wait_all(states, queue, request), timeout=30)

@@ -12,25 +12,27 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.http_native import SSE_HEADERS, error_body, parse_body, sse
 from radixlm.runtime.server.openai_tools import parse_tool_calls, response_format_schema, tool_constraint
-from radixlm.runtime.server.protocol import ChatCompletionRequest, CompletionRequest, _SamplingExtras
+from radixlm.runtime.server.protocol import (
+    SAMPLING_FIELD_NAMES, ChatCompletionRequest, CompletionRequest, _SamplingExtras, to_sampling_params,
+)
 from radixlm.runtime.server.tokenizer_manager import GenSpec, ReqState, RequestError, TokenizerManager
 
-_SAMPLING_MAP = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "n": "n",
-                 "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-                 "seed": "seed", "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-                 "min_tokens": "min_new_tokens", "ignore_eos": "ignore_eos", "stop_token_ids": "stop_token_ids",
-                 "skip_special_tokens": "skip_special_tokens", "regex": "regex", "ebnf": "ebnf",
-                 "json_schema": "json_schema"}
 
-
-def _sampling(body: _SamplingExtras, max_new: int, json_schema: str | None) -> dict[str, Any]:
-    sp = {dst: getattr(body, src) for src, dst in _SAMPLING_MAP.items() if getattr(body, src) is not None}
-    sp["max_new_tokens"] = max_new
+def _sampling(body: _SamplingExtras, max_new: int, json_schema: str | None) -> SamplingParams:
+    """The request's :class:`SamplingParams`: every field of it the body carries (generated from
+    it, so none is left behind), ``min_tokens`` as ``min_new_tokens``, and the resolved
+    ``max_new_tokens`` and response-format / tool schema. Raises RequestError (400)."""
+    values = {k: getattr(body, k) for k in SAMPLING_FIELD_NAMES if k in type(body).model_fields}
+    values.update(min_new_tokens=body.min_tokens, max_new_tokens=max_new)
     if json_schema is not None:
-        sp["json_schema"] = json_schema
-    return sp
+        values["json_schema"] = json_schema
+    try:
+        return to_sampling_params(values)
+    except ValueError as e:
+        raise RequestError(str(e), param="sampling_params") from None
 
 
 def _finish(st: ReqState, tool_calls: bool = False) -> str | None:

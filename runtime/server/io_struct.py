@@ -26,6 +26,8 @@ from typing import Any
 
 import msgpack
 
+from radixlm.runtime.sampling_params import SamplingParams  # NOTE: a message field (registered below)
+
 DIR_PREFIX = "radixlm-"
 
 # (logprob | None, token_id, [(logprob, token_id), ...] | None) as the scheduler records them.
@@ -101,7 +103,7 @@ class TokenizedGenerateReq:
 
     rid: str
     input_ids: list[int]
-    sampling_params: dict[str, Any]
+    sampling_params: SamplingParams  # validated by the tokenizer manager's edge, sent typed
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0

@@ -1,9 +1,13 @@
 """pydantic request models of the native (DESIGN.md §3.2) and OpenAI-compatible (§3.3) APIs.
 
 Validation happens once, here, at the edge: types (strict ints and bools where a float or a
-string would be a client bug), ranges and sizes of every field. Unknown fields are ignored
-(clients send extras). A failure names the field; the server turns it into HTTP 400. Checks that
-need the model (vocabulary size, context length) live in the tokenizer manager.
+string would be a client bug), ranges and sizes of every field. The sampling fields are not
+declared here: they are generated from the one definition, ``runtime/sampling_params.py``
+(:class:`~radixlm.runtime.sampling_params.SamplingParams`: names, types, bounds, checks), and a
+validated body yields that dataclass directly (:meth:`NativeSamplingParams.to_runtime`).
+Unknown fields are ignored (clients send extras). A failure names the field; the server turns
+it into HTTP 400. Checks that need the model (vocabulary size, context length) live in the
+tokenizer manager.
 
 Limits (module constants, documented in docs/server.md): ``MAX_N`` samples per prompt,
 ``MAX_TOP_LOGPROBS`` top entries per position, ``MAX_BATCH`` prompts per request, ``MAX_STOP``
@@ -12,133 +16,71 @@ stop strings of at most ``MAX_STOP_CHARS`` characters, grammars of at most ``MAX
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Annotated, Any, Literal, Union
+import dataclasses
+from typing import Annotated, Any, Literal, Optional, Union, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt, create_model, field_validator, model_validator,
+)
+
+from radixlm.runtime.sampling_params import (  # noqa: F401 - re-exported (the edge's limits and checks)
+    MAX_GRAMMAR_CHARS, MAX_STOP, MAX_STOP_CHARS, Finite, SamplingParams, TokenId, TokenLen, check_ebnf,
+    check_json_schema, check_regex,
+)
 
 MAX_N = 128
 MAX_TOP_LOGPROBS = 20
 MAX_BATCH = 1024
-MAX_STOP = 32
-MAX_STOP_CHARS = 1024
-MAX_GRAMMAR_CHARS = 32 * 1024
 MAX_TOKEN_ID = 2**31 - 1
-MAX_SEED = 2**63 - 1 - MAX_N
-
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-TokenId = Annotated[StrictInt, Field(ge=0, le=MAX_TOKEN_ID)]
-StopStr = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
-GrammarStr = Annotated[str, Field(max_length=MAX_GRAMMAR_CHARS)]
-StopList = Annotated[list[StopStr], Field(max_length=MAX_STOP)]
-TokenLen = Annotated[StrictInt, Field(ge=0, le=MAX_TOKEN_ID)]
+SAMPLING_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(SamplingParams))
+EDGE_LIMITS = {"n": Field(le=MAX_N)}  # tighter than the runtime's bounds (the in-process Engine allows more)
 
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-def check_regex(pattern: str, field: str) -> str:
-    """Cheap syntax check of a regex (Python ``re``); raises ``ValueError`` naming ``field``."""
-    try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as e:
-        raise ValueError(f"invalid {field}: {e}") from None
-    return pattern
+def sampling_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``create_model`` field specs of :class:`SamplingParams`' fields (less ``exclude``): the
+    dataclass's annotated type (its validation) plus ``EDGE_LIMITS``, optional, default ``None``
+    (= the runtime default)."""
+    hints = get_type_hints(SamplingParams, include_extras=True)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(SamplingParams):
+        if f.name not in exclude:
+            t = hints[f.name] if f.name not in EDGE_LIMITS else Annotated[hints[f.name], EDGE_LIMITS[f.name]]
+            out[f.name] = (Optional[t], None)
+    return out
 
 
-def check_json_schema(schema: str | dict | bool) -> str:
-    """Parse (when a string) and meta-validate a JSON Schema; returns its JSON text.
-    Raises ``ValueError`` for invalid JSON or a schema the meta-schema rejects (e.g. ``minItems: -5``)."""
-    import jsonschema
-
-    if isinstance(schema, str):
-        try:
-            obj = json.loads(schema)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"json_schema is not valid JSON: {e}") from None
-    else:
-        obj = schema
-    if not isinstance(obj, (dict, bool)):
-        raise ValueError("json_schema must be a JSON object")
-    try:
-        jsonschema.validators.validator_for(obj, default=jsonschema.Draft202012Validator).check_schema(obj)
-    except jsonschema.SchemaError as e:
-        raise ValueError(f"invalid json_schema: {e.message}") from None
-    except RecursionError:
-        raise ValueError("invalid json_schema: nested too deeply") from None
-    text = schema if isinstance(schema, str) else json.dumps(schema)
-    if len(text) > MAX_GRAMMAR_CHARS:
-        raise ValueError(f"json_schema is longer than {MAX_GRAMMAR_CHARS} characters")
-    return text
+# NOTE: the OpenAI requests name these differently (max_tokens, min_tokens) or not at all
+_NOT_OPENAI = ("max_new_tokens", "min_new_tokens", "n", "spaces_between_special_tokens")
+_Constraints = create_model("_Constraints", __base__=_Lenient, __module__=__name__,
+                            **sampling_fields(exclude=_NOT_OPENAI))
+_Constraints.__doc__ = "The sampling fields the native and OpenAI APIs share (generated from SamplingParams)."
 
 
-def check_ebnf(grammar: str) -> str:
-    """Cheap check of an EBNF (lark) grammar: non-empty and defines ``root``. The real compile
-    runs once, in the scheduler, with a time limit."""
-    if not re.search(r"(?m)^\s*\??root\s*(\.\d+)?\s*(:|::=)", grammar):
-        raise ValueError("invalid ebnf: no rule named root")
-    return grammar
+def to_sampling_params(values: dict[str, Any]) -> SamplingParams:
+    """Build the runtime :class:`SamplingParams` from edge-validated ``values`` (``None`` = default):
+    no second validation of the fields; the cross-field rules run (``ValueError``)."""
+    return SamplingParams(**{k: v for k, v in values.items() if v is not None})
 
 
-class _Constraints(_Lenient):
-    """Fields shared by native and OpenAI sampling: stops and grammars, syntax-checked cheaply."""
+class NativeSamplingParams(create_model("_NativeFields", __base__=_Lenient, __module__=__name__,
+                                        **sampling_fields())):
+    """Typed view of the native ``sampling_params``: every :class:`SamplingParams` field, optional
+    (``None`` = the engine default). :meth:`to_runtime` gives the validated dataclass."""
 
-    stop: StopStr | StopList | None = None
-    stop_token_ids: Annotated[list[TokenId], Field(max_length=1024)] | None = None
-    stop_regex: GrammarStr | Annotated[list[GrammarStr], Field(max_length=MAX_STOP)] | None = None
-    regex: GrammarStr | None = None
-    json_schema: GrammarStr | dict | None = None
-    ebnf: GrammarStr | None = None
-    top_k: Annotated[StrictInt, Field(le=MAX_TOKEN_ID)] | None = None
-    min_p: Annotated[Finite, Field(ge=0, le=1)] | None = None
-    repetition_penalty: Annotated[Finite, Field(ge=0.01, le=2)] | None = None
-    frequency_penalty: Annotated[Finite, Field(ge=-2, le=2)] | None = None
-    presence_penalty: Annotated[Finite, Field(ge=-2, le=2)] | None = None
-    temperature: Annotated[Finite, Field(ge=0)] | None = None
-    top_p: Annotated[Finite, Field(gt=0, le=1)] | None = None
-    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
-    ignore_eos: StrictBool | None = None
-    skip_special_tokens: StrictBool | None = None
+    _runtime: SamplingParams | None = PrivateAttr(default=None)
 
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, v):
-        if v is not None and v != -1 and v < 1:
-            raise ValueError("top_k must be -1 (off) or >= 1")
-        return v
+    @model_validator(mode="after")
+    def _cross_fields(self):
+        self._runtime = to_sampling_params(self.model_dump())
+        return self
 
-    @field_validator("stop_regex")
-    @classmethod
-    def _stop_regex(cls, v):
-        for p in [v] if isinstance(v, str) else (v or []):
-            check_regex(p, "stop_regex")
-        return v
-
-    @field_validator("regex")
-    @classmethod
-    def _regex(cls, v):
-        return v if v is None else check_regex(v, "regex")
-
-    @field_validator("json_schema")
-    @classmethod
-    def _json_schema(cls, v):
-        return v if v is None else check_json_schema(v)
-
-    @field_validator("ebnf")
-    @classmethod
-    def _ebnf(cls, v):
-        return v if v is None else check_ebnf(v)
-
-
-class NativeSamplingParams(_Constraints):
-    """Typed view of the native ``sampling_params`` (``None`` = the engine default)."""
-
-    max_new_tokens: TokenLen | None = None
-    min_new_tokens: TokenLen | None = None
-    n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] | None = None
-    spaces_between_special_tokens: StrictBool | None = None
+    def to_runtime(self) -> SamplingParams:
+        """The runtime's :class:`SamplingParams` (built once, at validation)."""
+        return self._runtime
 
 
 Rid = Annotated[str, Field(min_length=1, max_length=256)]
@@ -207,7 +149,8 @@ class StreamOptions(_Lenient):
 
 
 class _SamplingExtras(_Constraints):
-    """OpenAI sampling fields plus the SGLang extras (sent through ``extra_body``)."""
+    """OpenAI sampling fields plus the SGLang extras (sent through ``extra_body``); the sampling
+    ones are :class:`_Constraints`' (generated from SamplingParams) plus ``n`` and ``min_tokens``."""
 
     model: str | None = None
     n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] = 1

@@ -17,7 +17,6 @@ import zmq
 from radixlm.radix.lease import lease_spec
 from radixlm.runtime import distributed as dist
 from radixlm.runtime.request import Req
-from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.server.io_struct import (
     AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
@@ -116,12 +115,11 @@ class SchedulerServer:
                 self.reply_sock.send(encode(reply))
 
     def _add(self, msg: TokenizedGenerateReq) -> None:
-        req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=None,
+        req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=msg.sampling_params,
                   return_logprob=msg.return_logprob, logprob_start_len=msg.logprob_start_len,
                   top_logprobs_num=msg.top_logprobs_num, cache_lease=lease_spec(msg.cache_lease))
         req.detok_init = msg.detok
         try:
-            req.sampling_params = SamplingParams.from_dict(msg.sampling_params)
             if msg.seed is not None:
                 from radixlm.runtime.sampler import make_generator
 

@@ -92,13 +92,16 @@ class GenSpec:
     """One prompt of a submission (before ``n`` expansion)."""
 
     input_ids: list[int]
-    sampling_params: dict[str, Any]
+    sampling_params: SamplingParams  # validated at the edge (protocol.py)
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
     rid: str | None = None
     cache_lease: dict | None = None  # {"id": str, "ttl_s": float} (docs/server.md)
+    # NOTE: SGLang/OpenAI: an explicit max_new_tokens past the context is refused; the default
+    # (``clamp_max_new``) is clamped to the context by the scheduler instead.
+    clamp_max_new: bool = False
 
 
 class TokenizerManager:
@@ -206,10 +209,9 @@ class TokenizerManager:
         return sum(1 for s in self.states.values() if not s.started)
 
     def _validate(self, spec: GenSpec, where: str) -> SamplingParams:
-        try:
-            sp = SamplingParams.from_dict(spec.sampling_params)
-        except (ValueError, TypeError) as e:
-            raise RequestError(f"{where}{e}", param="sampling_params") from None
+        """The checks that need the model (context length, pool size, vocabulary); the fields
+        themselves were validated at the edge. Raises :class:`RequestError` (400)."""
+        sp = spec.sampling_params
         n = len(spec.input_ids)
         if n == 0:
             raise RequestError(f"{where}the prompt is empty", param="prompt")
@@ -224,9 +226,7 @@ class TokenizerManager:
             raise RequestError(f"{where}input_ids must be token ids in [0, {vocab})", param="input_ids")
         if vocab and any(t >= vocab for t in sp.stop_token_ids):
             raise RequestError(f"{where}stop_token_ids must be token ids in [0, {vocab})", param="stop_token_ids")
-        # NOTE: SGLang/OpenAI: an explicit max_new_tokens past the context is refused, not clamped
-        # (the default is clamped to the context by the scheduler).
-        if "max_new_tokens" in spec.sampling_params and n + sp.max_new_tokens > self.context_len:
+        if not spec.clamp_max_new and n + sp.max_new_tokens > self.context_len:
             raise RequestError(
                 f"{where}requested token count exceeds the model's maximum context length of {self.context_len} "
                 f"tokens: {n} in the prompt + max_new_tokens={sp.max_new_tokens}", param="max_new_tokens")
@@ -256,7 +256,7 @@ class TokenizerManager:
             for k in range(sp.n):
                 rid = base if sp.n == 1 else f"{base}-{k}"
                 seed = None if sp.seed is None else sp.seed + k
-                reqs.append((TokenizedGenerateReq(rid, spec.input_ids, spec.sampling_params, spec.return_logprob,
+                reqs.append((TokenizedGenerateReq(rid, spec.input_ids, sp, spec.return_logprob,
                                                   spec.logprob_start_len, spec.top_logprobs_num, seed, detok,
                                                   spec.cache_lease), spec))
             if sp.n > 1:
