@@ -58,8 +58,11 @@ class PrefixCache(abc.ABC):
         """The root node (matches of length 0 end here). Never evicted; locking it is a no-op."""
 
     @abc.abstractmethod
-    def match_prefix(self, token_ids: list[int]) -> MatchResult:
-        """Longest cached page-aligned prefix of ``token_ids``.
+    def match_prefix(self, token_ids: list[int], end: int | None = None, hint: Any = None) -> MatchResult:
+        """Longest cached page-aligned prefix of ``token_ids[:end]`` (``end=None``: all).
+
+        ``hint``: optional, a ``last_node`` of an earlier match of a prefix of the same token ids
+        (tokens unchanged since); a cache may resume the walk there. It never changes the result.
 
         Mutates: access times of the matched path (LRU), and the tree shape (an edge where the match
         ends inside it is split in two; slot ownership and lock counts are unchanged, node objects

@@ -12,14 +12,13 @@ import time
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from radixlm.radix.base import MatchResult, PrefixCache
-import numpy as np
-
 from radixlm.radix.eviction import EvictionMixin
 from radixlm.radix.lease import LeaseTable
-from radixlm.radix.node import Chain, TreeNode, common_len, pack
+from radixlm.radix.node import Chain, TreeNode, as_ids, common_len, pack
 
 if TYPE_CHECKING:
     from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
@@ -59,10 +58,12 @@ class RadixCache(EvictionMixin, PrefixCache):
 
     def reset(self) -> None:
         old_root = getattr(self, "_root", None)
-        if old_root is not None and self.allocator is not None:
-            slots = [n.value for n in self._iter_nodes() if n is not old_root]
-            if slots:
-                self.allocator.free(torch.cat(slots))
+        if old_root is not None:
+            nodes = [n for n in self._iter_nodes() if n is not old_root]
+            if nodes and self.allocator is not None:
+                self.allocator.free(torch.cat([n.value for n in nodes]))
+            for node in nodes:  # NOTE: detached nodes are no longer valid match hints
+                node.parent = None
         self._clock = 0
         self._root = TreeNode(Chain(0, _EMPTY_IDS, self._empty), 0, 0, None)
         self._root.lock_ref = 1  # NOTE: the root is never evictable
@@ -106,47 +107,85 @@ class RadixCache(EvictionMixin, PrefixCache):
 
     # ---- match / insert ----------------------------------------------------------------------
 
-    def match_prefix(self, token_ids: list[int]) -> MatchResult:
-        ids = token_ids if type(token_ids) is list else list(token_ids)
-        _, node, _ = self._walk(ids, len(ids) - len(ids) % self.page_size, self._root)
+    def match_prefix(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> MatchResult:
+        """See :meth:`PrefixCache.match_prefix`; ``token_ids`` may also be pre-packed
+        (:func:`radixlm.radix.node.pack_ids`), ``end`` / ``hint`` as in :meth:`match_node`."""
+        node = self.match_node(token_ids, end, hint)
+        return MatchResult(self._path_slots(node), node)
+
+    def match_node(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> TreeNode:
+        """:meth:`match_prefix` without building the slot tensor: the node where the match ends
+        (``node.end`` is the matched length). Same effects on the cache (access time, splits).
+
+        Args:
+            token_ids: ``list[int]``, or an int64 ``np.ndarray`` packed once by the caller
+                (``pack_ids``; saves re-packing when the same ids are matched and inserted).
+            end: match ``token_ids[:end]`` only (no copy of the list is made).
+            hint: a node returned by an earlier match of a prefix of these same token ids (the
+                caller guarantees the tokens did not change): the walk resumes there, or at its
+                deepest ancestor within ``end``, when it is still in the tree; else from the root.
+                The result and the effects are those of a match from the root.
+        """
+        ids = as_ids(token_ids)
+        n = len(ids) if end is None else min(end, len(ids))
+        n -= n % self.page_size
+        start = self._resume_at(hint, n)
+        _, node, _ = self._walk(ids, start.end, n, start)
         node.t = self._tick()  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         if node.parent is not None and not node.children:
             self._lru_push(node)
-        return MatchResult(self._path_slots(node), node)
+        return node
 
-    def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:
-        ids = token_ids if type(token_ids) is list else list(token_ids)
+    def insert(self, token_ids, indices: torch.Tensor) -> int:
+        """See :meth:`PrefixCache.insert`; ``token_ids`` may also be an int64 ``np.ndarray``."""
+        ids = as_ids(token_ids)
         n = len(ids) - len(ids) % self.page_size
         if indices.numel() < n:
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
-        return self._insert(ids if n == len(ids) else ids[:n], indices, self._root)[0]
+        return self._insert(ids, n, indices, self._root)[0]
 
-    def _walk(
-        self, ids: list[int], n: int, node: TreeNode
-    ) -> tuple[int, TreeNode, np.ndarray]:
-        """Follow ``ids[:n]`` (whole pages; ``ids[j]`` is the token at depth ``node.end + j``) down
-        from ``node``. Returns the matched length, the node where it ends (an edge the match ends
-        inside is split there) and ``ids`` packed as int64 (a prefix of at least the match).
+    def _resume_at(self, hint: TreeNode | None, n: int) -> TreeNode:
+        """Where a match of ``n`` tokens may start: ``hint`` or its deepest ancestor ending by
+        ``n`` when ``hint`` is still in this tree (evicted and reset nodes are detached), else the
+        root. One bisection per chain on the way up."""
+        if hint is None or hint.parent is None:
+            return self._root
+        node = hint
+        while node.end > n:
+            chain = node.chain
+            j = bisect_right(chain.ends, n) - 1  # NOTE: chain.nodes is a path, parent first
+            node = chain.nodes[j] if j >= 0 else chain.nodes[0].parent
+        return node
+
+    def _walk(self, ids, i: int, n: int, node: TreeNode) -> tuple[int, TreeNode, np.ndarray]:
+        """Follow ``ids[i:n]`` (whole pages; ``ids[i]`` is the token at depth ``node.end``) down
+        from ``node``. Returns the index where the match stops, the node where it ends (an edge the
+        match ends inside is split there) and the packed ids (int64, ``ids[a0:]`` for some ``a0``
+        covering what was compared; ``ids`` itself when it is an array).
 
         NOTE: one step per chain, not per node: the rest of ``ids`` is compared with the child's
         chain down to its last live node in one array operation, and the stop is located by
-        bisecting the chain's ends. ``ids`` is packed lazily, as far as compared.
+        bisecting the chain's ends. A list is packed lazily, as far as compared.
         """
         page = self.page_size
-        off = node.end  # depth of ids[0]
-        i = 0
-        packed = _EMPTY_IDS
+        off = node.end - i  # depth of ids[k] is k + off
+        is_list = type(ids) is list
+        arr, a0 = (_EMPTY_IDS, i) if is_list else (ids, 0)  # arr[k - a0] == ids[k]
         while i < n:
-            child = node.children.get(ids[i] if page == 1 else tuple(ids[i : i + page]))
+            if page == 1:
+                key = ids[i] if is_list else int(ids[i])
+            else:
+                key = tuple(ids[i : i + page] if is_list else ids[i : i + page].tolist())
+            child = node.children.get(key)
             if child is None:
                 break
             chain, d = child.chain, i + off
             ends = chain.ends
             hi = min(n + off, ends[-1]) - off
-            if hi > len(packed):  # NOTE: pack only what gets compared (a memcpy to extend)
-                more = pack(ids[len(packed) : hi])
-                packed = np.concatenate((packed, more)) if len(packed) else more
-            m = common_len(packed, i, chain.array(), d - chain.base, hi - i)
+            if hi - a0 > len(arr):  # NOTE: lists only: pack what gets compared (a memcpy to extend)
+                more = pack(ids[a0 + len(arr) : hi])
+                arr = np.concatenate((arr, more)) if len(arr) else more
+            m = common_len(arr, i - a0, chain.array(), d - chain.base, hi - i)
             if page > 1:
                 m -= m % page
             stop = d + m  # NOTE: > d: the child was found by its first page
@@ -155,25 +194,25 @@ class RadixCache(EvictionMixin, PrefixCache):
                 node = chain.nodes[j]
             if node.end < stop:  # the match ends inside the next chain node
                 node = self._split(chain.nodes[j + 1], stop - node.end)
-                return stop - off, node, packed
+                return stop - off, node, arr
             i = stop - off
-        return i, node, packed
+        return i, node, arr
 
-    def _insert(
-        self, ids: list[int], indices: torch.Tensor, node: TreeNode
-    ) -> tuple[int, TreeNode]:
-        """Insert ``ids`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
+    def _insert(self, ids, n: int, indices: torch.Tensor, node: TreeNode) -> tuple[int, TreeNode]:
+        """Insert ``ids[:n]`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
         ``node.end + j`` and ``indices[j]`` its slot. Starting below a request's locked
         ``last_node`` spares comparing the prefix it matched.
 
         Returns the length (relative to ``node``) that was already cached and the node where
-        ``ids`` ends.
+        ``ids[:n]`` ends.
         """
-        n = len(ids)
-        i, node, packed = self._walk(ids, n, node)
+        i, node, _ = self._walk(ids, 0, n, node)
         now = self._tick()
         if i < n:
-            return i, self._add_leaf(node, ids[i:], indices[i:n].clone(), now)
+            tail = ids[i:n]
+            if type(tail) is np.ndarray:
+                tail = tail.copy()  # NOTE: the caller's array may change later
+            return i, self._add_leaf(node, tail, indices[i:n].clone(), now)
         node.t = now  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         self._lru_push(node)
         return n, node
@@ -310,7 +349,8 @@ class RadixCache(EvictionMixin, PrefixCache):
             kv = kv.to(self.device)
         aligned = req.kv_len - req.kv_len % self.page_size
         start_node, p = self._start_of(req)
-        n, node = self._insert(_token_range(req, p, aligned), kv[p:] if p else kv, start_node)
+        ids = _token_range(req, p, aligned)
+        n, node = self._insert(ids, len(ids), kv[p:] if p else kv, start_node)
         return kv, aligned, p + n, node
 
     def _free(self, slots: torch.Tensor) -> None:

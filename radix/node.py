@@ -10,6 +10,7 @@ ends, instead of visiting every node (a shared trunk cut at thousands of branch 
 
 from __future__ import annotations
 
+import array
 import itertools
 import struct
 from bisect import bisect_left
@@ -140,6 +141,35 @@ class TreeNode:
             parts.append(chain.ids(0, node.end - chain.base))
             node = chain.nodes[0].parent  # NOTE: the chain's first node starts at chain.base
         return [t for part in reversed(parts) for t in part]
+
+
+def pack_ids(token_ids) -> np.ndarray:
+    """Token ids packed once as a read-only int64 ``np.ndarray`` ``[len]`` for
+    :meth:`RadixCache.match_prefix` / ``match_node`` / ``insert`` (a caller that matches and then
+    inserts the same ids packs them once instead of twice). Accepts what :func:`as_ids` accepts."""
+    ids = as_ids(token_ids)
+    arr = pack(ids) if type(ids) is list else ids.view()  # NOTE: a view: the caller's flags stay
+    arr.flags.writeable = False
+    return arr
+
+
+def as_ids(token_ids):
+    """``token_ids`` as the cache walks them: a ``list[int]`` as is, an int64 1-D ``np.ndarray``
+    for arrays (``np.ndarray``, ``array.array``, ``torch.Tensor``; other integer dtypes are
+    converted), anything else iterable as a list. Raises ValueError for a non-1-D array."""
+    t = type(token_ids)
+    if t is list:
+        return token_ids
+    if t is np.ndarray or isinstance(token_ids, (np.ndarray, array.array, torch.Tensor)):
+        if isinstance(token_ids, torch.Tensor):
+            token_ids = token_ids.detach().cpu().numpy()
+        elif isinstance(token_ids, array.array):
+            token_ids = np.frombuffer(token_ids, dtype=token_ids.typecode)
+        arr = np.asarray(token_ids)
+        if arr.ndim != 1:
+            raise ValueError(f"token ids must be 1-D, got shape {arr.shape}")
+        return arr if arr.dtype == np.int64 else arr.astype(np.int64)
+    return list(token_ids)
 
 
 def pack(ids: list[int]) -> np.ndarray:

@@ -42,7 +42,7 @@ class NoOpPrefixCache(PrefixCache):
     def root_node(self) -> TreeNode:
         return self._root
 
-    def match_prefix(self, token_ids: list[int]) -> MatchResult:
+    def match_prefix(self, token_ids: list[int], end: int | None = None, hint=None) -> MatchResult:
         return MatchResult(self._empty, self._root)
 
     def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:

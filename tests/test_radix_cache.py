@@ -22,6 +22,7 @@ from radixlm.radix import (
     PrefixCache,
     RadixCache,
     TreeNode,
+    pack_ids,
 )
 from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
 from radixlm.runtime.request import Req
@@ -43,6 +44,7 @@ class RadixMachine(RuleBasedStateMachine):
         self.locks: dict[tuple, int] = {}  # cached prefix -> lock count
         self.held: list[tuple[TreeNode, tuple]] = []  # (locked node, matched prefix)
         self.seen: list[list[int]] = []
+        self.hints: list[tuple[tuple, TreeNode]] = []  # (matched prefix, last_node) of recent matches
         self.clock = 0
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -76,13 +78,26 @@ class RadixMachine(RuleBasedStateMachine):
         for j in self.pages(k):
             self.time[tuple(seq[:j])] = self.clock
 
-    def check_match(self, seq: list[int]) -> MatchResult:
-        res = self.cache.match_prefix(seq)
+    def check_match(self, seq: list[int], data=None, hint: TreeNode | None = None) -> MatchResult:
+        """Match ``seq`` (with ``data``: maybe packed, maybe up to a drawn ``end``, maybe with a
+        drawn earlier result as ``hint``) and compare with the reference."""
+        ids, end = seq, None
+        if data is not None:
+            if data.draw(st.booleans()):
+                ids = pack_ids(seq)
+            if data.draw(st.booleans()):
+                end = data.draw(st.integers(0, len(seq) + 2))
+            usable = [node for prefix, node in self.hints if list(prefix) == seq[: len(prefix)]]
+            if hint is None and usable and data.draw(st.booleans()):
+                hint = data.draw(st.sampled_from(usable))  # NOTE: may be evicted or split since
+        res = self.cache.match_prefix(ids, end=end, hint=hint)
+        seq = seq if end is None else seq[:end]
         k = self.ref_match(seq)
         assert res.indices.dtype == torch.int64
         assert res.indices.tolist() == [s for j in self.pages(k) for s in self.slot[tuple(seq[:j])]]
         assert res.last_node.path_token_ids() == seq[:k]
         self.touch(seq, k)
+        self.hints = (self.hints + [(tuple(seq[:k]), res.last_node)])[-8:]
         return res
 
     # ---- rules -------------------------------------------------------------------------------
@@ -91,7 +106,7 @@ class RadixMachine(RuleBasedStateMachine):
     def insert(self, data) -> None:
         seq = self.draw_seq(data)
         idx = self.alloc.alloc(len(seq))
-        n = self.cache.insert(seq, idx)
+        n = self.cache.insert(pack_ids(seq) if data.draw(st.booleans()) else seq, idx)
         assert n == self.ref_match(seq)
         end = self.aligned(seq)
         for j in self.pages(end)[n // self.page :]:
@@ -102,7 +117,17 @@ class RadixMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def match(self, data) -> None:
-        self.check_match(self.draw_seq(data))
+        self.check_match(self.draw_seq(data), data)
+
+    @precondition(lambda self: self.hints)
+    @rule(data=st.data())
+    def match_with_hint(self, data) -> None:
+        """Resume from an earlier result (maybe since evicted, split or reset) for a longer or
+        shorter sequence: the result must be the plain match's."""
+        prefix, node = data.draw(st.sampled_from(self.hints))
+        seq = list(prefix) + data.draw(st.lists(st.integers(0, 2), max_size=6))
+        self.seen.append(seq)
+        self.check_match(seq, data, hint=node)
 
     @rule(data=st.data())
     def lock(self, data) -> None:
