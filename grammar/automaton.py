@@ -17,6 +17,7 @@ import numpy as np
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.ast import Node
+from radixlm.grammar.trie import expand
 from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
 from radixlm.grammar.utf8 import utf8_sequences
 
@@ -300,24 +301,14 @@ def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None) 
     """Send every state that cannot reach an accepting state to 0, renumber the rest (``hot``,
     per state, follows the renumbering)."""
     n = trans.shape[0]
-    src = np.repeat(np.arange(n), 256)
-    dst = trans.reshape(-1)
-    keep = (dst != 0) & (src != 0)
-    src, dst = src[keep], dst[keep]
-    order = np.argsort(dst, kind="stable")
-    src_by_dst = src[order]
-    starts = np.searchsorted(dst[order], np.arange(n + 1))
     live = accept.copy()
     live[0] = False
-    frontier = np.nonzero(live)[0]
-    while frontier.size:
-        preds = np.concatenate([src_by_dst[starts[v] : starts[v + 1]] for v in frontier]) if frontier.size else frontier
-        preds = np.unique(preds)
-        preds = preds[~live[preds]]
-        live[preds] = True
-        frontier = preds
+    if not live[1:].all():
+        live = _coreachable(trans, live)
     if not live[1]:
         return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
+    if live[1:].all():
+        return ByteDFA(trans, accept, 1, hot=hot)
     new_id = np.zeros(n, dtype=np.int32)
     kept = np.nonzero(live)[0]
     new_id[kept] = np.arange(1, kept.size + 1, dtype=np.int32)
@@ -337,6 +328,30 @@ _MEMO_LOCK = threading.Lock()
 MEMO_SIZE = 1024  # automata kept per process (LRU) ...
 MEMO_STATES = 60_000  # ... holding at most this many states together (1 KiB each)
 _memo_states = [0]
+
+
+def _coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """States that reach a ``live`` one (backward search over the distinct edges only: a byte run
+    with one target is one edge)."""
+    change = np.ones(trans.shape, dtype=bool)
+    change[:, 1:] = trans[:, 1:] != trans[:, :-1]
+    src, col = np.nonzero(change)
+    dst = trans[src, col]
+    keep = (dst != 0) & (src != 0)
+    src, dst = src[keep], dst[keep]
+    order = np.argsort(dst, kind="stable")
+    src_by_dst = src[order]
+    n = trans.shape[0]
+    starts = np.searchsorted(dst[order], np.arange(n + 1))
+    live = live.copy()
+    frontier = np.nonzero(live)[0]
+    while frontier.size:
+        idx, _ = expand(starts[frontier], starts[frontier + 1] - starts[frontier])
+        preds = np.unique(src_by_dst[idx])
+        preds = preds[~live[preds]]
+        live[preds] = True
+        frontier = preds
+    return live
 
 
 def dfa_from_ast(node: Node) -> ByteDFA:

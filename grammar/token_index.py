@@ -77,9 +77,6 @@ def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
 
 def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     """int32 ``[words]`` bitmask with the given token ids (and their byte-duplicates) set."""
-    if tokens.size < 2048:
-        tokens = np.unique(tokens)
-        return pack_pairs(np.zeros(tokens.size, np.int64), tokens, trie, 1, words)[0]
     allowed = np.zeros(words * 32, dtype=bool)
     allowed[tokens] = True
     if trie.dup_token.size:
@@ -157,7 +154,8 @@ class DfaIndex:
         self._busy: set[int] = set()  # states whose mask is being derived from a reference
         live = trans != 0
         self.n_live = live.sum(axis=1)
-        self.cost = live.astype(np.int64) @ trie.byte_weight
+        self.cost = (live @ trie.byte_weight.astype(np.float64)).astype(np.int64)  # NOTE: BLAS, exact
+        self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -180,10 +178,13 @@ class DfaIndex:
         """Trie nodes below the live two-byte prefixes from ``s`` (an upper bound of a walk)."""
         if self.cost[s] < WIDE_NODES:
             return int(self.cost[s])
-        row = self.trans[s]
-        b1 = np.nonzero(row)[0]
-        live2 = self.trans[row[b1]] != 0
-        return int((live2 * self.trie.pair_weight[b1]).sum()) + b1.size
+        got = self._cost2.get(s)
+        if got is None:
+            row = self.trans[s]
+            b1 = np.nonzero(row)[0]
+            live2 = self.trans[row[b1]] != 0
+            got = self._cost2[s] = int((live2 * self.trie.pair_weight[b1]).sum()) + b1.size
+        return got
 
     def boundary(self, state: int) -> np.ndarray:
         """Trie nodes (not the root) after which the DFA, from ``state``, is accepting."""
@@ -204,8 +205,9 @@ class DfaIndex:
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
-        narrow = [s for s in todo if self.cost2(s) < WIDE_NODES]
-        wide = [s for s in todo if self.cost2(s) >= WIDE_NODES]
+        is_wide = [self.cost2(s) >= WIDE_NODES for s in todo]
+        narrow = [s for s, w in zip(todo, is_wide) if not w]
+        wide = [s for s, w in zip(todo, is_wide) if w]
         for lo in range(0, len(narrow), 256):
             check_budget("computing token masks")
             chunk = narrow[lo : lo + 256]
@@ -232,9 +234,33 @@ class DfaIndex:
                 if got is None:
                     got = seen[key] = pack_tokens(toks, self.trie, self.words)
                 self.masks[s] = got
+        pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         for s in wide:
             check_budget("computing token masks")  # NOTE: a no-op outside a compile
-            self.masks[s] = self._wide(s)
+            got = self._wide(s, pending)
+            if got is not None:
+                self.masks[s] = got
+        if pending:
+            self._finish_exits(pending)
+
+    def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one
+        batched walk below the exit nodes of all of them (the tokens leaving each region)."""
+        nodes = np.concatenate([p[2] for p in pending])
+        states = np.concatenate([p[3] for p in pending])
+        owner = np.repeat(np.arange(len(pending)), [p[2].size for p in pending])
+        src, below, st = walk_from(self.trans, self.trie, nodes, states, owner)
+        order = np.argsort(src, kind="stable")
+        src, below, st = src[order], below[order], st[order]
+        cuts = np.searchsorted(src, np.arange(len(pending) + 1)).tolist()
+        for i, (s, internal, exit_nodes, e) in enumerate(pending):
+            mine = below[cuts[i] : cuts[i + 1]]
+            if self.accept is not None:
+                entry_acc = self.bounds.pop(s)
+                self.bounds[s] = np.concatenate([entry_acc, exit_nodes[self.accept[e]],
+                                                 mine[self.accept[st[cuts[i] : cuts[i + 1]]]]])
+            tok = self.trie.node_token[np.concatenate([exit_nodes, mine])]
+            self.masks[s] = internal | pack_tokens(tok[tok >= 0], self.trie, self.words)
 
     # --- free states -------------------------------------------------------------------------
 
@@ -258,7 +284,9 @@ class DfaIndex:
             frontier = nxt
         return seen
 
-    def _wide(self, s: int) -> np.ndarray:
+    def _wide(self, s: int, pending: list) -> np.ndarray | None:
+        """Mask of a wide state, or None when it was appended to ``pending`` (see
+        :meth:`_finish_exits`)."""
         if self.accept is None and s not in self._busy:
             g = reference_state(self.trans, self.cost, self.trie.byte_weight, s)
             if g and g not in self._busy:
@@ -318,13 +346,10 @@ class DfaIndex:
             return entry.internal
         q = states[entry.exit_from]
         e = self.trans[q, self.trie.node_byte[entry.exit_nodes]].astype(np.int64)
-        src, nodes, st = walk_from(self.trans, self.trie, entry.exit_nodes, e)
         if self.accept is not None:
-            self.bounds[s] = np.concatenate([entry.accept_nodes, entry.exit_nodes[self.accept[e]], nodes[self.accept[st]]])
-        all_nodes = np.concatenate([entry.exit_nodes, nodes])
-        tok = self.trie.node_token[all_nodes]
-        extra = pack_tokens(tok[tok >= 0], self.trie, self.words)
-        return entry.internal | extra
+            self.bounds[s] = entry.accept_nodes
+        pending.append((s, entry.internal, entry.exit_nodes, e))
+        return None
 
     def _region_entry(self, codes: np.ndarray, acc_bits: np.ndarray | None) -> RegionEntry:
         n = codes.shape[0]
