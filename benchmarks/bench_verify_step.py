@@ -3,6 +3,7 @@ decode CUDA graphs of 1 row (one request decoding) and of 1 + k rows (one reques
 drafts, as ``ModelRunner._forward_flat_decode`` runs it), with every row reading ``context`` keys.
 
     python benchmarks/bench_verify_step.py --write-config llama-3.1-8b /tmp/l8b --context 1024
+    python benchmarks/bench_verify_step.py --config-dir MODEL_DIR --context 512   # any config.json
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), required=True)
+    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None)
+    ap.add_argument("--config-dir", default=None, help="a model folder with config.json (dummy weights)")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--drafts", default="2,4,8")
     ap.add_argument("--iters", type=int, default=50)
@@ -27,7 +29,10 @@ def main() -> None:
     from radixlm.runtime.model_runner import ModelRunner
     from radixlm.runtime.server_args import ServerArgs
 
-    path = write_config(*a.write_config)
+    if (a.write_config is None) == (a.config_dir is None):
+        ap.error("pass exactly one of --write-config and --config-dir")
+    path = write_config(*a.write_config) if a.write_config else a.config_dir
+    name = a.write_config[0] if a.write_config else os.path.basename(os.path.normpath(path))
     args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=a.context + 64,
                       max_total_tokens=a.context + 64, max_running_requests=16, cuda_graph_max_bs=16)
     runner = ModelRunner(args, path, [0])
@@ -54,7 +59,7 @@ def main() -> None:
         return start.elapsed_time(end) / a.iters
 
     base = replay_ms(1)
-    print(f"{a.write_config[0]} dims, context {a.context}, {torch.cuda.get_device_name()}")
+    print(f"{name} dims, context {a.context}, {torch.cuda.get_device_name()}")
     print("| step | rows | ms | vs decode |\n|---|---|---|---|")
     print(f"| decode | 1 | {base:.3f} | 1.00x |")
     for k in map(int, a.drafts.split(",")):

@@ -43,11 +43,13 @@ class CudaGraphRunner:
         self.pad_row = pad_row
         dev = runner.device
         n = self.max_bs
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        # NOTE: the per-row inputs a step brings from the host live in one buffer, filled by one
+        # host-to-device copy per replay (rows: input ids, positions, req_to_token rows, seq lens).
+        self.meta = torch.zeros((4, n), dtype=torch.int64, device=dev)
+        self.input_ids, self.positions, self.req_pool_indices, self.seq_lens = self.meta.unbind(0)
+        self.req_pool_indices.fill_(pad_row)
+        self.seq_lens.fill_(1)
         self.out_cache_loc = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.req_pool_indices = torch.full((n,), pad_row, dtype=torch.int64, device=dev)
-        self.seq_lens = torch.ones(n, dtype=torch.int64, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.pool = None
@@ -112,19 +114,31 @@ class CudaGraphRunner:
     def can_run(self, batch_size: int) -> bool:
         return batch_size <= self.max_bs
 
-    def replay(self, fb: ForwardBatch) -> torch.Tensor:
-        """Run ``fb`` (DECODE) through the graph of the next captured size; logits ``[n, V]`` fp32."""
-        n = fb.batch_size
+    def replay(self, ids: list[int], positions: list[int], rows: list[int], out_cache_loc: torch.Tensor,
+               input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Run ``n = len(positions)`` decode rows through the graph of the next captured size.
+
+        Row ``i`` is token ``ids[i]`` at position ``positions[i]`` of the request whose
+        ``req_to_token`` row is ``rows[i]`` (it attends to positions ``0..positions[i]``), written
+        to KV slot ``out_cache_loc[i]`` (int64 ``[n]`` on the device). ``input_ids`` (int64 ``[n]``
+        on the device) replaces ``ids`` (overlap scheduling; pass ``ids=[]`` then). The host
+        fields travel in one pinned, non-blocking copy; padding rows read the zero row.
+        Returns fp32 logits ``[n, V]``, a view of the graph's output buffer (valid until the next
+        replay)."""
+        n = len(positions)
         bs = self.sizes[bisect.bisect_left(self.sizes, n)]
-        self.input_ids[:n].copy_(fb.input_ids)
-        self.positions[:n].copy_(fb.positions)
-        self.out_cache_loc[:n].copy_(fb.out_cache_loc)
-        self.req_pool_indices[:n].copy_(fb.req_pool_indices)
-        self.seq_lens[:n].copy_(fb.seq_lens)
-        if bs > n:
+        pad = bs - n
+        host = torch.tensor([
+            (ids if input_ids is None else [0] * n) + [0] * pad,
+            positions + [0] * pad,
+            rows + [self.pad_row] * pad,
+            [p + 1 for p in positions] + [1] * pad,
+        ], dtype=torch.int64)
+        self.meta[:, :bs].copy_(host.pin_memory(), non_blocking=True)
+        if input_ids is not None:
+            self.input_ids[:n].copy_(input_ids)
+        self.out_cache_loc[:n].copy_(out_cache_loc)
+        if pad:
             self.out_cache_loc[n:bs].zero_()
-            self.req_pool_indices[n:bs].fill_(self.pad_row)
-            self.seq_lens[n:bs].fill_(1)
-            self.positions[n:bs].zero_()
         self.graphs[bs].replay()
         return self.outputs[bs][:n]

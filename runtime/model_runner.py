@@ -176,12 +176,12 @@ class ModelRunner:
         Returns fp32 logits ``[N, vocab]`` for the positions each slice needs, and per slice
         ``(first row in logits, absolute positions)``.
         """
-        if input_ids is None and self._flat_decode_ok(batch):
-            return self._forward_flat_decode(batch)
+        if self.cuda_graph is not None:
+            if batch.mode == ForwardMode.DECODE and self.cuda_graph.can_run(len(batch.slices)):
+                return self._replay_decode(batch, input_ids)
+            if input_ids is None and self._flat_decode_ok(batch):
+                return self._forward_flat_decode(batch)
         fb = self._forward_batch(batch, input_ids)
-        if batch.mode == ForwardMode.DECODE and self.cuda_graph is not None and self.cuda_graph.can_run(fb.batch_size):
-            logits = self.cuda_graph.replay(fb)
-            return logits, [(i, [s.start]) for i, s in enumerate(batch.slices)]
         hidden = self.model(fb.input_ids, fb.positions, fb)
         index, offset, per_slice = [], 0, []
         for s in batch.slices:
@@ -200,6 +200,14 @@ class ModelRunner:
                 and self.cuda_graph.can_run(batch.num_tokens)
                 and all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices))
 
+    def _replay_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None):
+        """A DECODE batch through its CUDA graph (one row per request)."""
+        slices = batch.slices
+        pos = [s.start for s in slices]
+        ids = [] if input_ids is not None else [t for s in slices for t in s.req.token_slice(s.start, s.end)]
+        logits = self.cuda_graph.replay(ids, pos, [s.req.req_pool_idx for s in slices], batch.out_cache_loc, input_ids)
+        return logits, [(i, [p]) for i, p in enumerate(pos)]
+
     def _forward_flat_decode(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
         """Every new token as its own decode row: row ``p`` of a slice reads the request's
         ``req_to_token`` row up to position ``p`` (its KV, and that of the tokens before it in this
@@ -212,15 +220,9 @@ class ModelRunner:
             ids.extend(s.token_ids())
             pos.extend(range(s.start, s.end))
             rows.extend([s.req.req_pool_idx] * s.length)
-        t = to_device([ids, pos, rows, [p + 1 for p in pos]], self.device)
-        fb = ForwardBatch(
-            mode=ForwardMode.DECODE, input_ids=t[0], positions=t[1], out_cache_loc=batch.out_cache_loc,
-            req_pool_indices=t[2], seq_lens=t[3], seq_lens_cpu=[p + 1 for p in pos], kv_pool=self.kv_pool,
-            req_to_token=self.req_to_token_pool.req_to_token, attn_backend=self.attn_backend,
-        )
-        logits = self.cuda_graph.replay(fb)
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc)
         if len(index) == len(ids) and index[-1] == len(ids) - 1:  # every row samples: no gather
-            return logits[: len(ids)], per_slice
+            return logits, per_slice
         return logits[to_device(index, self.device)], per_slice
 
     @torch.inference_mode()

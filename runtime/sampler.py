@@ -79,9 +79,10 @@ def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator
     """
     b, vocab = logits.shape
     greedy = [r.sampling_params.is_greedy for r in reqs]
-    out = logits.argmax(dim=-1)
-    # NOTE: one reduction for all rows; the per-row branch only runs when something is wrong
-    bad = torch.isnan(logits).any(-1) | ~(logits > float("-inf")).any(-1)
+    top, out = logits.max(dim=-1)
+    # NOTE: one reduction for all rows (max propagates NaN; a row of -inf has max -inf); the
+    # per-row branch only runs when something is wrong
+    bad = torch.isnan(top) | (top == float("-inf"))
     if all(greedy):
         return _mark_bad(out, bad)
     sp = [r.sampling_params for r in reqs]

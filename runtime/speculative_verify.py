@@ -85,8 +85,8 @@ def verify_drafts(
     offs = draft_offsets(drafts)
     lens = [len(d) + 1 for d in drafts]
     greedy = [r.sampling_params.is_greedy for r in reqs]
-    bad = torch.isnan(logits).any(-1) | ~(logits > float("-inf")).any(-1)
-    argmax = logits.argmax(dim=-1)
+    top, argmax = logits.max(dim=-1)
+    bad = torch.isnan(top) | (top == float("-inf"))  # NaN anywhere, or nothing allowed
     if all(greedy):
         return _verify_greedy(torch.where(bad, BAD_TOKEN, argmax).tolist(), offs, drafts)
     # target[r]: the draft token row r checks (-1 on each request's last row)

@@ -1,0 +1,92 @@
+"""Where a decode step's GPU time goes (issue 16, bs-1 ITL): replay the decode CUDA graph of
+``--batch-size`` rows at ``--context`` keys each under ``torch.profiler`` and list the kernels
+by total device time per step, with the step's wall time from CUDA events.
+
+    python benchmarks/profile_decode_kernels.py --config-dir MODEL_DIR --batch-size 1 --context 512
+    python benchmarks/profile_decode_kernels.py --write-config llama-3.1-8b /tmp/l8b
+
+Dummy weights. A step of a small model is bound by the number of kernels (each costs a few µs
+even when it moves little data), so the table's ``launches / step`` column matters as much as
+the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None)
+    ap.add_argument("--config-dir", default=None, help="a model folder with config.json")
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+    if (a.write_config is None) == (a.config_dir is None):
+        ap.error("pass exactly one of --write-config and --config-dir")
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bench_offline import write_config
+
+    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.server_args import ServerArgs
+
+    path = write_config(*a.write_config) if a.write_config else a.config_dir
+    bs, ctx = a.batch_size, a.context
+    args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=ctx + 64,
+                      max_total_tokens=bs * (ctx + 16), max_running_requests=max(bs, 16), cuda_graph_max_bs=max(bs, 16))
+    runner = ModelRunner(args, path, [0])
+    g = runner.cuda_graph
+    n = next(s for s in g.sizes if s >= bs)
+    for i in range(bs):
+        row = runner.req_to_token_pool.alloc()
+        slots = runner.allocator.alloc(ctx + 1)
+        runner.req_to_token_pool.write(row, 0, slots)
+        g.req_pool_indices[i].fill_(row)
+        g.out_cache_loc[i].copy_(slots[ctx])
+    g.seq_lens[:bs].fill_(ctx + 1)
+    g.positions[:bs].fill_(ctx)
+    graph = g.graphs[n]
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(a.iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    step_ms = start.elapsed_time(end) / a.iters
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.iters):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        t, c = rows.get(e.name, (0.0, 0))
+        rows[e.name] = (t + e.device_time, c + 1)
+    total = sum(t for t, _ in rows.values()) / a.iters
+    launches = sum(c for _, c in rows.values()) / a.iters
+    name = a.write_config[0] if a.write_config else os.path.basename(os.path.normpath(path))
+    print(f"{name} dims, batch {bs} (graph {n}), context {ctx}, {torch.cuda.get_device_name()}, "
+          f"{runner.cfg.num_hidden_layers} layers")
+    print(f"step (CUDA events): {step_ms * 1000:.1f} us; sum of kernel times {total:.1f} us; "
+          f"{launches:.0f} kernels / step ({launches / runner.cfg.num_hidden_layers:.1f} per layer); "
+          f"gaps {step_ms * 1000 - total:.1f} us")
+    print("| kernel | us / step | launches / step | us / launch |\n|---|---:|---:|---:|")
+    for k, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[: a.top]:
+        print(f"| {k[:90]} | {t / a.iters:.1f} | {c / a.iters:.0f} | {t / c:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
