@@ -13,6 +13,7 @@ import glob
 import io
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--server-arg", action="append", default=[], help="extra server CLI token (repeatable)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--keep", default=None, help="copy the children's .prof files to this folder")
     ap.add_argument("--client", choices=["serving", "constrained"], default="serving",
                     help="load generator: bench_serving.py or bench_constrained.py (its args after --)")
     ap.add_argument("bench", nargs=argparse.REMAINDER, help="the client's args after --")
@@ -60,6 +62,9 @@ def main() -> None:
     for p, name in pids.items():
         print(f"  {name:<18} {used[p]:8.1f} s  {used[p] / wall:6.0%}")
     for path in sorted(glob.glob(os.path.join(prof_dir, "*.prof"))):
+        if a.keep:
+            os.makedirs(a.keep, exist_ok=True)
+            shutil.copy(path, a.keep)
         buf = io.StringIO()
         pstats.Stats(path, stream=buf).sort_stats("tottime").print_stats(a.top)
         print(f"\n== {os.path.basename(path)} (by own time)\n" + "\n".join(buf.getvalue().splitlines()[6:]))
