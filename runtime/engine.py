@@ -11,12 +11,11 @@ import time
 import uuid
 from typing import Any, Iterator
 
-from radixlm.radix.lease import lease_spec
-from radixlm.runtime.request import Req
+from radixlm.runtime.request import Req, build_req, sample_rids
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.tokenizer import load_tokenizer, make_output
+from radixlm.runtime.tokenizer import encode_batch, load_tokenizer, make_output
 
 logger = logging.getLogger(__name__)
 
@@ -168,31 +167,18 @@ class Engine:
         sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * count
         if len(sps) != count:
             raise ValueError(f"got {len(sps)} sampling_params for {count} prompts")
+        sps = [SamplingParams.from_dict(x) for x in sps]  # NOTE: a SamplingParams (the DSL's) is taken as is
+        if ids_list is None and self.tokenizer is None:
+            raise ValueError("this engine has no tokenizer (skip_tokenizer_init): pass input_ids")
+        if ids_list is None:
+            ids_list = encode_batch(self.tokenizer, prompts)
         groups = []
-        for i in range(count):
-            sp = SamplingParams.from_dict(sps[i])
-            if ids_list is None and self.tokenizer is None:
-                raise ValueError("this engine has no tokenizer (skip_tokenizer_init): pass input_ids")
-            ids = ids_list[i] if ids_list is not None else self.tokenizer.encode(prompts[i])
+        for i, sp in enumerate(sps):
             base = (rid[i] if isinstance(rid, list) else rid) if rid is not None else uuid.uuid4().hex
-            group = []
-            for k in range(sp.n):
-                r = Req(
-                    rid=base if sp.n == 1 else f"{base}-{k}",
-                    origin_input_ids=list(ids),
-                    sampling_params=sp,
-                    return_logprob=bool(return_logprob),
-                    logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
-                    top_logprobs_num=top_logprobs_num or 0,
-                    cache_lease=lease_spec(cache_lease),
-                )
-                if sp.seed is not None:
-                    from radixlm.runtime.sampler import make_generator
-
-                    r.generator = make_generator(sp.seed + k, self.runner.device)
-                r.t0 = time.perf_counter()
-                group.append(r)
-            groups.append(group)
+            groups.append([build_req(r, ids_list[i], sp, sample=k, return_logprob=return_logprob,
+                                     logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
+                                     cache_lease=cache_lease, device=self.runner.device)
+                           for k, r in enumerate(sample_rids(base, sp.n))])
         return single, groups
 
     def generate(

@@ -116,3 +116,43 @@ class Req:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+def sample_rids(base: str, n: int) -> list[str]:
+    """Request ids of the ``n`` samples of one prompt submitted as ``base``: ``[base]`` for
+    ``n == 1``, else ``base-0 .. base-{n-1}`` (the Engine and the server name them alike)."""
+    return [base] if n == 1 else [f"{base}-{k}" for k in range(n)]
+
+
+def build_req(rid: str, input_ids: list[int], sampling_params: Any, *, sample: int = 0,
+              return_logprob: bool = False, logprob_start_len: int = -1, top_logprobs_num: int = 0,
+              cache_lease: dict | tuple | None = None, device: Any = "cpu", detok_init: Any = None) -> Req:
+    """The one way to build a :class:`Req` (the in-process Engine and the scheduler process both
+    call it).
+
+    Args:
+        rid: the sample's request id (see :func:`sample_rids`).
+        input_ids: prompt token ids (copied).
+        sampling_params: the validated ``runtime.sampling_params.SamplingParams`` (shared by the
+            samples of one prompt; never modified).
+        sample: index ``k`` of this sample among the prompt's ``n``: a seeded request samples with
+            its own generator seeded ``seed + k`` on ``device``.
+        return_logprob / logprob_start_len / top_logprobs_num: logprob options (DESIGN.md §3.2).
+        cache_lease: ``{"id": str, "ttl_s": float}`` or ``(id, ttl_s)`` (``radix/lease.py``).
+        detok_init: the scheduler process's detokenizer settings (sent with the first output).
+    Raises:
+        ValueError: for a bad ``cache_lease``.
+    """
+    import time
+
+    from radixlm.radix.lease import lease_spec
+
+    req = Req(rid=rid, origin_input_ids=list(input_ids), sampling_params=sampling_params,
+              return_logprob=bool(return_logprob), logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
+              top_logprobs_num=top_logprobs_num or 0, cache_lease=lease_spec(cache_lease), detok_init=detok_init)
+    if sampling_params.seed is not None:
+        from radixlm.runtime.sampler import make_generator
+
+        req.generator = make_generator(sampling_params.seed + sample, device)
+    req.t0 = time.perf_counter()
+    return req

@@ -107,7 +107,7 @@ class TokenizedGenerateReq:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
-    seed: int | None = None
+    sample: int = 0  # index k among the prompt's n samples (a seeded sample uses seed + k)
     detok: DetokInit | None = None
     cache_lease: dict | None = None  # {"id": str, "ttl_s": float}: lease the cached sequence
 

@@ -14,9 +14,8 @@ from multiprocessing.connection import Connection
 
 import zmq
 
-from radixlm.radix.lease import lease_spec
 from radixlm.runtime import distributed as dist
-from radixlm.runtime.request import Req
+from radixlm.runtime.request import Req, build_req
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.server.io_struct import (
     AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
@@ -115,20 +114,25 @@ class SchedulerServer:
                 self.reply_sock.send(encode(reply))
 
     def _add(self, msg: TokenizedGenerateReq) -> None:
-        req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=msg.sampling_params,
-                  return_logprob=msg.return_logprob, logprob_start_len=msg.logprob_start_len,
-                  top_logprobs_num=msg.top_logprobs_num, cache_lease=lease_spec(msg.cache_lease))
-        req.detok_init = msg.detok
         try:
-            if msg.seed is not None:
-                from radixlm.runtime.sampler import make_generator
-
-                req.generator = make_generator(msg.seed, self.runner.device)
-            self.scheduler.add_request(req)
+            req = build_req(msg.rid, msg.input_ids, msg.sampling_params, sample=msg.sample,
+                            return_logprob=msg.return_logprob, logprob_start_len=msg.logprob_start_len,
+                            top_logprobs_num=msg.top_logprobs_num, cache_lease=msg.cache_lease,
+                            device=self.runner.device, detok_init=msg.detok)
         except Exception as e:  # NOTE: a bad request must not take the scheduler down
-            logger.warning("request %s rejected: %s", msg.rid, e)
-            req.finish_reason = {"type": "abort", "message": f"{type(e).__name__}: {e}", "status_code": 400}
-            self.pending.append(req)
+            req = Req(rid=msg.rid, origin_input_ids=list(msg.input_ids), sampling_params=msg.sampling_params,
+                      detok_init=msg.detok)
+            self._reject(req, e)
+            return
+        try:
+            self.scheduler.add_request(req)
+        except Exception as e:
+            self._reject(req, e)
+
+    def _reject(self, req: Req, e: Exception) -> None:
+        logger.warning("request %s rejected: %s", req.rid, e)
+        req.finish_reason = {"type": "abort", "message": f"{type(e).__name__}: {e}", "status_code": 400}
+        self.pending.append(req)
 
     def _control(self, kind: str, args: dict | None = None):
         if kind == "flush_cache":

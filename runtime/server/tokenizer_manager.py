@@ -15,6 +15,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from radixlm.runtime.request import sample_rids
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.config import ServerConfig
 from radixlm.runtime.server.io_struct import (
@@ -253,14 +254,13 @@ class TokenizerManager:
             base = spec.rid or uuid.uuid4().hex
             detok = DetokInit(spec.input_ids[-5:], list(sp.stop), list(sp.stop_regex or []), sp.skip_special_tokens,
                               sp.spaces_between_special_tokens, spec.return_text_in_logprobs)
-            for k in range(sp.n):
-                rid = base if sp.n == 1 else f"{base}-{k}"
-                seed = None if sp.seed is None else sp.seed + k
+            rids = sample_rids(base, sp.n)
+            for k, rid in enumerate(rids):
                 reqs.append((TokenizedGenerateReq(rid, spec.input_ids, sp, spec.return_logprob,
-                                                  spec.logprob_start_len, spec.top_logprobs_num, seed, detok,
+                                                  spec.logprob_start_len, spec.top_logprobs_num, k, detok,
                                                   spec.cache_lease), spec))
             if sp.n > 1:
-                groups[base] = [f"{base}-{k}" for k in range(sp.n)]
+                groups[base] = rids
         rids = [r.rid for r, _ in reqs]
         if (len(set(rids)) != len(rids) or any(r in self.states or r in self.groups for r in rids)
                 or any(g in self.states or g in self.groups for g in groups)):
