@@ -14,16 +14,22 @@ from __future__ import annotations
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.request import Req, ReqStatus
+from radixlm.runtime.schedule_policy import req_ids
 from radixlm.runtime.scheduler_recovery import abort_bad_grammars
 
 
 class PrefillAdmission:
     """Prefill-batch construction for :class:`~radixlm.runtime.scheduler.Scheduler`."""
 
+    @staticmethod
+    def _remaining_decode(r: Req) -> int:
+        """Tokens ``r`` may still generate (its ``max_new_tokens`` within ``max_total``)."""
+        return max(min(r.sampling_params.max_new_tokens, r.max_total - len(r.origin_input_ids))
+                   - len(r.output_ids), 0)
+
     def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
-        remaining = sum(max(min(r.sampling_params.max_new_tokens, r.max_total - len(r.origin_input_ids))
-                            - len(r.output_ids), 0) for r in reqs)
-        return int(remaining * self.new_token_ratio)
+        """KV slots kept free for ``reqs``' future tokens: their remaining tokens times the ratio."""
+        return int(sum(map(self._remaining_decode, reqs)) * self.new_token_ratio)
 
     def _available(self) -> int:
         return self.allocator.available_size() + self.tree_cache.evictable_size()
@@ -72,6 +78,10 @@ class PrefillAdmission:
             candidates = []
         else:
             candidates = [r for r in self.waiting if not r.isolate]
+        # NOTE: O(1) per candidate: the running requests' remaining tokens are summed once and
+        # grow by each admitted request's; requests leave the queue in one pass after the loop.
+        remaining = None
+        taken: set[int] = set()
         for req in candidates:
             if budget <= 0 or self.chunked_req is not None:
                 break
@@ -81,15 +91,19 @@ class PrefillAdmission:
                 continue
             ready = self.grammar.poll(req)
             if isinstance(ready, str):  # NOTE: a bad grammar aborts only its own request
-                self.waiting.remove(req)
+                taken.add(id(req))
                 self._finish(req, {"type": "abort", "message": ready, "status_code": 400}, holds_kv=False)
                 self._aborted.append(req)
                 continue
             if not ready:
                 continue
-            if not self._admit(req, budget, admitted):
+            if remaining is None:
+                remaining = sum(map(self._remaining_decode, self.running))
+            own = self._remaining_decode(req)
+            if not self._admit(req, budget, remaining + own):
                 break
-            self.waiting.remove(req)
+            remaining += own
+            taken.add(id(req))
             admitted.append(req)
             s = self._slice(req, budget)
             assert s is not None
@@ -97,6 +111,8 @@ class PrefillAdmission:
             budget -= s.length
             if req.isolate:
                 break
+        if taken:
+            self.waiting[:] = [r for r in self.waiting if id(r) not in taken]
         if not slices:
             return None
         batch = ScheduleBatch(ForwardMode.EXTEND, slices)
@@ -119,12 +135,16 @@ class PrefillAdmission:
         batch.num_decode = len(reqs)
         return slots
 
-    def _admit(self, req: Req, budget: int, admitted: list[Req]) -> bool:
-        """Match the prefix, lock it, take a req_to_token row. False when KV is short."""
-        match = self.tree_cache.match_prefix(req.all_ids[: self._match_cap(req)])
+    def _admit(self, req: Req, budget: int, remaining: int) -> bool:
+        """Match the prefix, lock it, take a req_to_token row. False when KV is short.
+
+        ``remaining``: tokens the running requests, those admitted this step and ``req`` may still
+        generate (a share ``new_token_ratio`` of them stays reserved)."""
+        ids = req_ids(req)
+        match = self.tree_cache.match_prefix(ids, end=self._match_cap(req), hint=self.policy.hint_for(req))
         prefix_len = len(match.indices)
         extend = req.num_tokens - prefix_len
-        need = min(extend, budget) + self._reserved_decode_tokens(self.running + admitted + [req])
+        need = min(extend, budget) + int(remaining * self.new_token_ratio)
         self.tree_cache.inc_lock_ref(match.last_node)
         if need > self._available() or self.req_to_token_pool.available_size() == 0:
             self.tree_cache.dec_lock_ref(match.last_node)
