@@ -93,19 +93,11 @@ class _NFA:
         for _ in range(dfa.n_states):
             self.new()
         end = self.new()
-        trans = dfa.trans
-        change = np.ones(trans.shape, dtype=bool)
-        change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-        for s in range(1, dfa.n_states):
-            cuts = np.nonzero(change[s])[0].tolist() + [256]
-            row = trans[s]
-            edges = self.edges[base + s]
-            for lo, nxt in zip(cuts, cuts[1:]):
-                t = int(row[lo])
-                if t:
-                    edges.append((lo, nxt - 1, base + t))
-            if dfa.accept[s]:
-                self.eps[base + s].append(end)
+        for s, runs in enumerate(dfa.runs()):
+            if runs:
+                self.edges[base + s] = [(lo, hi, base + t) for lo, hi, t in runs]
+        for s in np.nonzero(dfa.accept)[0].tolist():
+            self.eps[base + s].append(end)
         start = self.new()
         if dfa.start:
             self.eps[start].append(base + dfa.start)
@@ -168,6 +160,7 @@ class ByteDFA:
     accept: np.ndarray
     start: int
     _rows: list[list[int]] | None = field(default=None, repr=False)
+    _runs: list[list[tuple[int, int, int]]] | None = field(default=None, repr=False)
     hot: np.ndarray | None = None  # bool [n_states]: reachable without a cold branch (None: all)
 
     @property
@@ -189,6 +182,30 @@ class ByteDFA:
             self._rows = self.trans.tolist()
         return self._rows
 
+    def runs(self) -> list[list[tuple[int, int, int]]]:
+        """Per state, its transitions as byte runs ``(lo, hi, target)`` with one live target each
+        (state 0 and dead runs left out); computed once per DFA."""
+        got = self._runs
+        if got is None:
+            trans = self.trans
+            change = np.ones(trans.shape, dtype=bool)
+            change[:, 1:] = trans[:, 1:] != trans[:, :-1]
+            src, lo = np.nonzero(change)
+            hi = np.empty_like(lo)
+            hi[:-1] = lo[1:] - 1
+            hi[-1] = 255
+            last = np.ones(src.size, dtype=bool)
+            last[:-1] = src[1:] != src[:-1]
+            hi[last] = 255
+            tgt = trans[src, lo]
+            keep = (tgt != 0) & (src != 0)
+            src, lo, hi, tgt = src[keep], lo[keep], hi[keep], tgt[keep]
+            got = [[] for _ in range(self.n_states)]
+            for s, a, b, t in zip(src.tolist(), lo.tolist(), hi.tolist(), tgt.tolist()):
+                got[s].append((a, b, t))
+            self._runs = got
+        return got
+
     def matches(self, text: str | bytes) -> bool:
         data = text.encode("utf-8") if isinstance(text, str) else text
         return bool(self.accept[self.step(self.start, data)])
@@ -198,9 +215,8 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     """Subset construction over byte ranges; DFA states are frozensets of "important" NFA states
     (those with byte edges, and the final state)."""
     n = len(nfa.eps)
-    important = [bool(nfa.edges[i]) or i == final for i in range(n)]
     closure: list[frozenset[int] | None] = [None] * n
-    eps = nfa.eps
+    eps, nedges = nfa.eps, nfa.edges
 
     def close(i: int) -> frozenset[int]:
         got = closure[i]
@@ -208,10 +224,14 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
             return got
         seen = {i}
         stack = [i]
-        out = []
+        out: list[int] = []
         while stack:
             x = stack.pop()
-            if important[x]:
+            done = closure[x]
+            if done is not None:  # NOTE: a finished closure is taken whole, not walked again
+                out.extend(done)
+                continue
+            if nedges[x] or x == final:
                 out.append(x)
             for y in eps[x]:
                 if y not in seen:
@@ -220,12 +240,13 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
         got = closure[i] = frozenset(out)
         return got
 
-    edge_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
+    row_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
 
-    def edges_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
-        got = edge_cache[i]
+    def row_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
+        """The byte ranges of NFA state ``i`` as disjoint ranges, each with its target set."""
+        got = row_cache[i]
         if got is None:
-            got = edge_cache[i] = [(lo, hi, close(t)) for lo, hi, t in nfa.edges[i]]
+            got = row_cache[i] = _disjoint([(lo, hi, close(t)) for lo, hi, t in nedges[i]])
         return got
 
     hot_nfa = _hot_states(nfa, start) if nfa.gates else None
@@ -234,37 +255,26 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     order = [start_set]
     rows: list[list[tuple[int, int, int]]] = []
     accept = [False]
-
-    def state_id(key: frozenset[int]) -> int:
-        d = ids.get(key)
-        if d is None:
-            d = ids[key] = len(order) + 1
-            order.append(key)
-            if len(order) > MAX_DFA_STATES:
-                raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
-            if not len(order) & 255:
-                check_budget("determinizing an automaton")
-        return d
-
     k = 0
     while k < len(order):
         cur = order[k]
         k += 1
         accept.append(final in cur)
-        edges = [e for i in cur for e in edges_of(i)]
-        edges.sort(key=lambda e: e[0])
-        row: list[tuple[int, int, int]] = []
-        overlap = any(edges[j][0] <= edges[j - 1][1] for j in range(1, len(edges)))
-        if not overlap:
-            for lo, hi, tgt in edges:
-                row.append((lo, hi, state_id(tgt)))
+        if len(cur) == 1:
+            edges = row_of(next(iter(cur)))
         else:
-            cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
-            for a, b in zip(cuts, cuts[1:]):
-                tgts = [t for lo, hi, t in edges if lo <= a and b - 1 <= hi]
-                if tgts:
-                    key = tgts[0] if len(tgts) == 1 else frozenset().union(*tgts)
-                    row.append((a, b - 1, state_id(key)))
+            edges = _disjoint([e for i in cur for e in row_of(i)])
+        row: list[tuple[int, int, int]] = []
+        for lo, hi, tgt in edges:
+            d = ids.get(tgt)
+            if d is None:
+                d = ids[tgt] = len(order) + 1
+                order.append(tgt)
+                if len(order) > MAX_DFA_STATES:
+                    raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+                if not len(order) & 255:
+                    check_budget("determinizing an automaton")
+            row.append((lo, hi, d))
         rows.append(row)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
     for d, row in enumerate(rows, start=1):
@@ -274,6 +284,26 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     if hot_nfa is not None:
         hot = np.asarray([False] + [any(hot_nfa[i] for i in key) for key in order], dtype=bool)
     return _trim(trans, np.asarray(accept, dtype=bool), hot)
+
+
+def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:
+    """Byte-range edges as disjoint ranges in byte order (overlaps: the union of the targets)."""
+    edges.sort(key=lambda e: e[0])
+    if all(edges[j][0] > edges[j - 1][1] for j in range(1, len(edges))):
+        return edges
+    cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
+    out = []
+    active: list[tuple[int, int, frozenset[int]]] = []
+    j = 0
+    for a, b in zip(cuts, cuts[1:]):
+        while j < len(edges) and edges[j][0] == a:
+            active.append(edges[j])
+            j += 1
+        active = [e for e in active if e[1] >= a]
+        if active:
+            tgt = active[0][2] if len(active) == 1 else frozenset().union(*(e[2] for e in active))
+            out.append((a, b - 1, tgt))
+    return out
 
 
 def _hot_states(nfa: _NFA, start: int) -> list[bool]:
