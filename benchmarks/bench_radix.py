@@ -18,7 +18,8 @@ Token ids are fresh int objects (as from a tokenizer), slots come from a real
 
 Usage:
     python benchmarks/bench_radix.py [--nodes 10000] [--seq-len 4096] [--iters 400] [--seed 0]
-        [--out benchmarks/results/radix.md] [--deep-inserts 5000] [--baseline DIR]
+        [--out benchmarks/results/radix.md] [--deep-inserts 5000] [--baseline-rev REV | --baseline DIR]
+        [--deep-only] [--skip-workload]
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import random
 import statistics
 import sys
 import time
+import types
 
 import torch
 
-from radixlm.radix import RadixCache
+from radixlm.radix import RadixCache, pack_ids
 from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator
 from radixlm.runtime.request import Req
 
@@ -80,6 +82,50 @@ class TreeBuilder:
         return count
 
 
+def load_baseline(rev: str, paths: list[str], package: str = "_radixlm_baseline") -> types.ModuleType:
+    """Import files of this repository as they were at git revision ``rev`` (e.g. ``HEAD~2``), as
+    the package ``package`` in a temporary directory, for same-run before/after timings.
+
+    ``paths``: repository paths of ``.py`` files, or directories (all their ``.py`` files).
+    ``radix/x.py`` becomes ``package.radix.x`` and ``runtime/x.py`` ``package.x``; imports of
+    those modules inside them are rewritten to the copies, every other ``radixlm`` import stays the
+    live one. Returns the package. Raises ``subprocess.CalledProcessError`` for an unknown rev.
+    """
+    import subprocess
+    import tempfile
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = []
+    for path in paths:
+        if path.endswith(".py"):
+            files.append(path)
+            continue
+        out = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", f"{rev}:{path}"],
+                             check=True, capture_output=True, text=True).stdout.split()
+        files += [f"{path}/{name}" for name in out if name.endswith(".py")]
+    target = {f: ("radix/" + os.path.basename(f) if f.startswith("radix/") else os.path.basename(f)) for f in files}
+    renames = {"radixlm." + f[:-3].replace("/", "."): package + "." + t[:-3].replace("/", ".")
+               for f, t in target.items()}
+    root = tempfile.mkdtemp(prefix="bench_baseline_")
+    os.makedirs(os.path.join(root, package, "radix"))
+    for d in (package, package + "/radix"):
+        open(os.path.join(root, d, "__init__.py"), "a").close()
+    for f, t in target.items():
+        text = subprocess.run(["git", "-C", repo, "show", f"{rev}:{f}"], check=True, capture_output=True,
+                              text=True).stdout
+        for old in sorted(renames, key=len, reverse=True):
+            text = text.replace(old + " ", renames[old] + " ").replace(old + "\n", renames[old] + "\n")
+        text = text.replace("from radixlm.radix import", f"from {package}.radix import")
+        with open(os.path.join(root, package, t), "w") as fh:
+            fh.write(text)
+    sys.path.insert(0, root)
+    import importlib
+
+    for t in target.values():
+        importlib.import_module(package + "." + t[:-3].replace("/", ".").removesuffix(".__init__"))
+    return importlib.import_module(package)
+
+
 def _stats(name: str, samples_ns: list[int]) -> dict:
     us = sorted(s / 1e3 for s in samples_ns)
     return {
@@ -104,11 +150,12 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
     L = args.seq_len
     clock = time.perf_counter_ns
 
-    def timed_match_insert(query: list[int]) -> int:
+    def timed_match_insert(query: list[int], packer=None) -> int:
         kv = alloc.alloc(L)
         t = clock()
-        cache.match_prefix(query)
-        n = cache.insert(query, kv)
+        ids = query if packer is None else packer(query)
+        cache.match_prefix(ids)
+        n = cache.insert(ids, kv)
         dt = clock() - t
         alloc.free(kv[:n])
         return dt
@@ -133,13 +180,16 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
         cache.cache_finished_req(req)
         return dt + clock() - t
 
-    partial, full, miss, match_only, sched = [], [], [], [], []
+    partial, full, miss, match_only, sched, full_packed = [], [], [], [], [], []
+    packer = pack_ids if cache_cls is RadixCache else None  # NOTE: a baseline may predate pack_ids
     for _ in range(args.iters):
         base = rng.choice(builder.seqs)
         cut = rng.randint(0, min(len(base), L))
         seq = base[:cut] + builder.random_ids(L - cut)
         partial.append(timed_match_insert(fresh(seq)))
         full.append(timed_match_insert(fresh(seq)))  # now all L tokens are cached
+        if packer is not None:
+            full_packed.append(timed_match_insert(fresh(seq), packer))
         query = fresh(seq)
         t = clock()
         cache.match_prefix(query)
@@ -153,6 +203,8 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
         _stats(f"scheduler path (match, lock, cache_finished_req), {L} tokens, random shared"
                " prefix", sched),
         _stats(f"match + insert, {L} tokens, full hit", full),
+        *([_stats(f"match + insert, {L} tokens, full hit, ids packed once (timed)", full_packed)]
+          if full_packed else []),
         _stats(f"match + insert, {L} tokens, full miss", miss),
         _stats(f"match only, {L} tokens, full hit", match_only),
     ]
@@ -177,8 +229,11 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
     return rows, info
 
 
-def run_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple[dict, dict]:
-    """Deep-trunk case: many branch points on one path. Returns the timing row and tree info."""
+def run_deep_trunk(cache_cls: type, args: argparse.Namespace, packer=None) -> tuple[dict, dict]:
+    """Deep-trunk case: many branch points on one path. Returns the timing row and tree info.
+
+    ``packer``: e.g. ``radixlm.radix.pack_ids``: the timed part packs the request once (included in
+    the time) and passes the array to both ``match_prefix`` and ``insert``."""
     rng = random.Random(args.seed)
     L, trunk_len = args.seq_len, args.seq_len // 2
     alloc = TokenToKVPoolAllocator(args.deep_inserts * 300 + trunk_len + 2 * args.iters * L)
@@ -199,8 +254,9 @@ def run_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple[dict, dic
         query = fresh(trunk + [rng.randrange(VOCAB) for _ in range(L - trunk_len)])
         kv = alloc.alloc(L)
         t = clock()
-        m = cache.match_prefix(query).indices.numel()
-        n = cache.insert(query, kv)
+        ids = query if packer is None else packer(query)
+        m = cache.match_prefix(ids).indices.numel()
+        n = cache.insert(ids, kv)
         samples.append(clock() - t)
         assert m == n
         alloc.free(kv[:n])
@@ -209,6 +265,7 @@ def run_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple[dict, dic
     if errors:
         raise SystemExit(f"integrity check failed after the deep-trunk run: {errors}")
     name = f"deep trunk: match + insert, {L} tokens, {trunk_len}-token trunk, {args.deep_inserts} inserts"
+    name += ", packed once" if packer is not None else ""
     return _stats(name, samples), info
 
 
@@ -218,15 +275,17 @@ def format_deep(rows: list[tuple[str, dict, dict]], args: argparse.Namespace) ->
         "",
         f"Command: `python benchmarks/bench_radix.py --seq-len {args.seq_len} --iters {args.iters}"
         f" --seed {args.seed} --deep-inserts {args.deep_inserts}"
-        + (f" --baseline {args.baseline}`" if args.baseline else "`"),
+        + (f" --baseline-rev {args.baseline_rev}`" if args.baseline_rev else
+           f" --baseline {args.baseline}`" if args.baseline else "`"),
         "",
         "| implementation | tree nodes | median (us) | p90 (us) | runs |",
         "|---|---:|---:|---:|---:|",
     ]
     for label, r, info in rows:
         lines.append(f"| {label} | {info['nodes']} | {r['median_us']:.1f} | {r['p90_us']:.1f} | {r['n']} |")
-    if len(rows) == 2:
-        lines += ["", f"Speedup (median): {rows[1][1]['median_us'] / rows[0][1]['median_us']:.1f}x"]
+    if len(rows) > 1 and rows[-1][0].startswith("baseline"):
+        base = rows[-1][1]["median_us"]
+        lines += [""] + [f"Speedup (median) of {label}: {base / r['median_us']:.2f}x" for label, r, _ in rows[:-1]]
     return "\n".join(lines) + "\n"
 
 
@@ -265,11 +324,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--deep-inserts", type=int, default=5000, help="inserts of the deep-trunk tree")
     ap.add_argument("--baseline", default=None,
                     help="directory with cache_old.py: also time its RadixCache on the deep trunk")
+    ap.add_argument("--baseline-rev", default=None,
+                    help="git revision whose radix/ is timed as the baseline (same run), e.g. 45bd0f3")
     ap.add_argument("--deep-only", action="store_true", help="only the deep-trunk case")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    deep = [("this version", *run_deep_trunk(RadixCache, args))]
-    if args.baseline:
+    deep = [("this version", *run_deep_trunk(RadixCache, args)),
+            ("this version, ids packed once (pack_ids, timed)", *run_deep_trunk(RadixCache, args, pack_ids))]
+    if args.baseline_rev:
+        OldRadixCache = load_baseline(args.baseline_rev, ["radix"]).radix.cache.RadixCache
+        args.baseline = f"git {args.baseline_rev}"
+        deep.append((f"baseline (radix/ at {args.baseline_rev})", *run_deep_trunk(OldRadixCache, args)))
+    elif args.baseline:
         sys.path.insert(0, args.baseline)
         from cache_old import RadixCache as OldRadixCache
 
@@ -279,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         micro = format_micro(*run_micro(args), args)
         if args.baseline:
             old = format_micro(*run_micro(args, OldRadixCache), args)
-            micro += "\nBaseline (same run, " + args.baseline + "/cache_old.py):\n\n" + old.split("\n\n", 1)[1]
+            micro += f"\nBaseline (same run, {deep[-1][0]}):\n\n" + old.split("\n\n", 1)[1]
         report = micro + "\n" + report
     if not (args.skip_workload or args.deep_only):  # issue 3, benchmark part 2: the engine on the CPU tiny model
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -95,7 +95,7 @@ class SchedulePolicy:
                 waiting.sort(key=lambda r: -r.match_len)
             else:
                 waiting[:] = _dfs_weight_order(waiting, last_nodes, self.tree_cache.root_node)
-            self._deprioritize_in_batch_sharing(waiting)
+            self._deprioritize_in_batch_sharing(waiting, last_nodes)
 
     def hint_for(self, req: Req) -> TreeNode | None:
         """The node where ``req``'s last match (by this policy) ended, as a ``hint`` for matching
@@ -125,25 +125,52 @@ class SchedulePolicy:
         self._hints = hints
         return last_nodes
 
-    def _deprioritize_in_batch_sharing(self, waiting: list[Req]) -> None:
-        """Keep one request per group sharing a long uncached prefix; move the others back."""
+    def _deprioritize_in_batch_sharing(self, waiting: list[Req], last_nodes: dict[int, object]) -> None:
+        """Keep one request per group sharing a long uncached prefix; move the others back.
+
+        A request ``r`` waits when an earlier eligible request (one with at least ``threshold``
+        uncached tokens) shares ``r.match_len + threshold`` tokens with it. NOTE: two such requests
+        end their cache match at the same node (the shared part covers the first page past the
+        match, when ``threshold >= page_size``), so the test is an exact lookup of
+        ``(node, next threshold tokens)``: O(threshold) per request, not a walk over its tokens.
+        """
         threshold = self.in_batch_prefix_threshold
         if threshold <= 0 or len(waiting) < 2:
             return
-        seen = RadixCache(None)  # key-only tree of the eligible requests so far
+        if threshold < self.tree_cache.page_size:
+            return self._deprioritize_by_tree(waiting)
+        seen: set = set()
         eligible, later = [], []
         for req in waiting:
-            if req.num_tokens - req.match_len < threshold:  # NOTE: shared <= len: never deferred
-                eligible.append(req)  # ... nor inserted: skip the match
+            m = req.match_len
+            if req.num_tokens - m < threshold:  # NOTE: never deferred, never deferring another
+                eligible.append(req)
                 continue
-            ids = req_ids(req)
-            shared = seen.match_node(ids).end
-            if shared - req.match_len >= threshold:
+            key = (id(last_nodes[id(req)]), tuple(req.token_slice(m, m + threshold)))
+            if key in seen:
                 req.deprioritized = True
                 later.append(req)
                 continue
-            if len(ids) - req.match_len >= threshold:
-                seen.insert(ids, torch.empty(len(ids), dtype=torch.int64))
+            seen.add(key)
+            eligible.append(req)
+        waiting[:] = eligible + later
+
+    def _deprioritize_by_tree(self, waiting: list[Req]) -> None:
+        """:meth:`_deprioritize_in_batch_sharing` with a key-only tree of the eligible requests
+        (any ``threshold``; O(tokens) per request)."""
+        threshold = self.in_batch_prefix_threshold
+        seen = RadixCache(None)
+        eligible, later = [], []
+        for req in waiting:
+            if req.num_tokens - req.match_len < threshold:
+                eligible.append(req)
+                continue
+            ids = req_ids(req)
+            if seen.match_node(ids).end - req.match_len >= threshold:
+                req.deprioritized = True
+                later.append(req)
+                continue
+            seen.insert(ids, torch.empty(len(ids), dtype=torch.int64))
             eligible.append(req)
         waiting[:] = eligible + later
 

@@ -103,7 +103,7 @@ OPS = st.lists(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=OPS, policy=st.sampled_from(["lpm", "dfs-weight"]), page=st.sampled_from([1, 2]),
-       threshold=st.sampled_from([0, 2, 4]))
+       threshold=st.sampled_from([0, 1, 2, 4]))
 def test_remembered_matches_equal_full_matches(ops, policy, page, threshold) -> None:
     caches = [RadixCache(TokenToKVPoolAllocator(512), page_size=page) for _ in range(2)]
     policies = [SchedulePolicy(policy, caches[0], in_batch_prefix_threshold=threshold),
@@ -197,3 +197,14 @@ def test_in_batch_sharing_at_exactly_the_threshold() -> None:
     waiting = _reqs([5, 6], [5, 6, 7])
     SchedulePolicy("lpm", cache, in_batch_prefix_threshold=2).calc_priority(waiting)
     assert [(r.rid, r.deprioritized) for r in waiting] == [("r0", False), ("r1", True)]
+
+
+def test_in_batch_sharing_threshold_below_page_size() -> None:
+    """threshold < page_size: a request sharing part of a page past its match with an earlier one
+    (whose match went one page further) waits, as with the key-only tree."""
+    alloc = TokenToKVPoolAllocator(64)
+    cache = RadixCache(alloc, page_size=2)
+    cache.insert([7, 7, 5, 6], alloc.alloc(4))
+    waiting = _reqs([7, 7, 5, 0, 3, 3], [7, 7, 5, 6, 9, 9])
+    SchedulePolicy("lpm", cache, in_batch_prefix_threshold=1).calc_priority(waiting)
+    assert [(r.rid, r.match_len, r.deprioritized) for r in waiting] == [("r1", 4, False), ("r0", 2, True)]
