@@ -37,7 +37,7 @@ class _NFA:
         if len(self.eps) >= MAX_NFA_STATES:
             raise GrammarError("grammar too large: over %d automaton states" % MAX_NFA_STATES)
         if not len(self.eps) & 4095:
-            check_budget("building an automaton")
+            check_budget("building an automaton", 4096)
         self.eps.append([])
         self.edges.append([])
         return len(self.eps) - 1
@@ -273,7 +273,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
                 if not len(order) & 255:
-                    check_budget("determinizing an automaton")
+                    check_budget("determinizing an automaton", 256 * 8)
             row.append((lo, hi, d))
         rows.append(row)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)

@@ -12,7 +12,7 @@ import torch
 
 from radixlm.grammar.ast import alt, lit
 from radixlm.grammar.automaton import dfa_from_ast, regex_ast
-from radixlm.grammar.budget import compile_budget
+from radixlm.grammar.budget import compile_budget, paused_gc
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
@@ -81,7 +81,8 @@ class GrammarCompiler:
             if got is not None:
                 self._cache.move_to_end(key)
                 return got
-        compiled = build()
+        with paused_gc():
+            compiled = build()
         with self._lock:
             self._cache[key] = compiled
             if len(self._cache) > self._cache_size:

@@ -41,7 +41,7 @@ def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
                 if not len(order) & 255:
-                    check_budget("intersecting automata")
+                    check_budget("intersecting automata", 256 * 12)
             mapped[j] = d
         row = mapped[inv]
         row[dead] = 0
@@ -84,7 +84,7 @@ def minimize(d: ByteDFA) -> ByteDFA:
     cls[0] = 0
     count = len(np.unique(cls))
     while True:
-        check_budget("minimizing an automaton")
+        check_budget("minimizing an automaton", n // 2 + 1)
         sig = np.concatenate([cls[:, None], cls[table]], axis=1)
         _, new = np.unique(sig, axis=0, return_inverse=True)
         new = new.reshape(-1).astype(np.int64)

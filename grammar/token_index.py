@@ -209,10 +209,10 @@ class DfaIndex:
         narrow = [s for s, w in zip(todo, is_wide) if not w]
         wide = [s for s, w in zip(todo, is_wide) if w]
         for lo in range(0, len(narrow), 256):
-            check_budget("computing token masks")
             chunk = narrow[lo : lo + 256]
             arr = np.asarray(chunk, dtype=np.int64)
             src, node, st = walk_from(self.trans, self.trie, np.zeros(arr.size, np.int64), arr)
+            check_budget("computing token masks", 8 * len(chunk) + src.size // 20)
             tok = self.trie.node_token[node]
             keep = tok >= 0
             t_src, t_tok = src[keep], tok[keep].astype(np.int64)
@@ -236,7 +236,7 @@ class DfaIndex:
                 self.masks[s] = got
         pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         for s in wide:
-            check_budget("computing token masks")  # NOTE: a no-op outside a compile
+            check_budget("computing token masks", 300 + self.cost2(s) // 100)  # NOTE: no-op outside a compile
             got = self._wide(s, pending)
             if got is not None:
                 self.masks[s] = got
