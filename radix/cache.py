@@ -110,7 +110,14 @@ class RadixCache(EvictionMixin, PrefixCache):
     def match_prefix(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> MatchResult:
         """See :meth:`PrefixCache.match_prefix`; ``token_ids`` may also be pre-packed
         (:func:`radixlm.radix.node.pack_ids`), ``end`` / ``hint`` as in :meth:`match_node`."""
-        node = self.match_node(token_ids, end, hint)
+        ids = token_ids if type(token_ids) is list else as_ids(token_ids)
+        n = len(ids) if end is None else min(max(end, 0), len(ids))
+        n -= n % self.page_size
+        start = self._root if hint is None else self._resume_at(hint, n)
+        _, node, _ = self._walk(ids, start.end, n, start)
+        node.t = self._tick()  # NOTE: stamps the whole path (see TreeNode.last_access_time)
+        if node.parent is not None and not node.children:
+            self._lru_push(node)
         return MatchResult(self._path_slots(node), node)
 
     def match_node(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> TreeNode:
@@ -120,16 +127,16 @@ class RadixCache(EvictionMixin, PrefixCache):
         Args:
             token_ids: ``list[int]``, or an int64 ``np.ndarray`` packed once by the caller
                 (``pack_ids``; saves re-packing when the same ids are matched and inserted).
-            end: match ``token_ids[:end]`` only (no copy of the list is made).
+            end: match ``token_ids[:end]`` only (clamped to ``0..len``; no copy is made).
             hint: a node returned by an earlier match of a prefix of these same token ids (the
                 caller guarantees the tokens did not change): the walk resumes there, or at its
                 deepest ancestor within ``end``, when it is still in the tree; else from the root.
                 The result and the effects are those of a match from the root.
         """
-        ids = as_ids(token_ids)
-        n = len(ids) if end is None else min(end, len(ids))
+        ids = token_ids if type(token_ids) is list else as_ids(token_ids)
+        n = len(ids) if end is None else min(max(end, 0), len(ids))
         n -= n % self.page_size
-        start = self._resume_at(hint, n)
+        start = self._root if hint is None else self._resume_at(hint, n)
         _, node, _ = self._walk(ids, start.end, n, start)
         node.t = self._tick()  # NOTE: stamps the whole path (see TreeNode.last_access_time)
         if node.parent is not None and not node.children:
@@ -138,17 +145,17 @@ class RadixCache(EvictionMixin, PrefixCache):
 
     def insert(self, token_ids, indices: torch.Tensor) -> int:
         """See :meth:`PrefixCache.insert`; ``token_ids`` may also be an int64 ``np.ndarray``."""
-        ids = as_ids(token_ids)
+        ids = token_ids if type(token_ids) is list else as_ids(token_ids)
         n = len(ids) - len(ids) % self.page_size
         if indices.numel() < n:
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
         return self._insert(ids, n, indices, self._root)[0]
 
-    def _resume_at(self, hint: TreeNode | None, n: int) -> TreeNode:
+    def _resume_at(self, hint: TreeNode, n: int) -> TreeNode:
         """Where a match of ``n`` tokens may start: ``hint`` or its deepest ancestor ending by
         ``n`` when ``hint`` is still in this tree (evicted and reset nodes are detached), else the
         root. One bisection per chain on the way up."""
-        if hint is None or hint.parent is None:
+        if hint.parent is None:
             return self._root
         node = hint
         while node.end > n:
