@@ -129,3 +129,42 @@ def test_products() -> None:
 def test_unicode_categories() -> None:
     d = regex_to_dfa(r"\p{Lu}\p{Letter}*\P{N}")
     assert [d.matches(x) for x in ["Ébc!", "abc!", "Éb1", "Zx", "Ωω."]] == [True, False, False, True, True]
+
+
+def test_work_budget_is_deterministic_and_clean() -> None:
+    """The compile budget counts work, not time: a tiny budget fails with a clean error naming
+    the step, every time; nested budgets share the outer counters; outside a budget no check
+    fails; a budget large enough compiles the same automaton (issue 12)."""
+    from radixlm.grammar import automaton
+    from radixlm.grammar.budget import budget_spent, check_budget, compile_budget
+
+    pattern = r"[a-z]{0,40}@[a-z]{2,30}\.(com|org|net)"
+    errors = []
+    for _ in range(2):
+        automaton._MEMO.clear()  # NOTE: a memoized automaton costs no work
+        with pytest.raises(GrammarError) as e, compile_budget(units=2000, seconds=60):
+            regex_to_dfa(pattern)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "work units" in errors[0] and "automaton" in errors[0]
+    automaton._MEMO.clear()
+    with compile_budget(units=10**7, seconds=60):
+        with compile_budget(units=1):  # nested: the outer budget holds
+            dfa = regex_to_dfa(pattern)
+        assert budget_spent() > 2000
+    assert dfa.matches("ab@cd.org") and not dfa.matches("ab@c.org")
+    check_budget("outside any budget", 10**9)  # a no-op
+
+
+def test_automata_are_memoized_and_shared() -> None:
+    """The same AST compiles once per process; the shared DFA is equal to a fresh build."""
+    from radixlm.grammar import automaton
+    from radixlm.grammar.automaton import dfa_from_ast, regex_ast
+
+    node = regex_ast(r"(ab|cd)*e{1,3}")
+    first = dfa_from_ast(node)
+    assert dfa_from_ast(regex_ast(r"(ab|cd)*e{1,3}")) is first
+    automaton._MEMO.clear()
+    fresh = dfa_from_ast(node)
+    assert fresh is not first and (fresh.trans == first.trans).all() and (fresh.accept == first.accept).all()
+    for text, ok in [("abcde", True), ("eeee", False), ("abe", True), ("ace", False)]:
+        assert first.matches(text) is ok
