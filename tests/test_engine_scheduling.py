@@ -140,3 +140,28 @@ def test_overlap_schedule_defaults_to_the_device():
     assert ServerArgs(device="cuda").enable_overlap_schedule is True
     assert ServerArgs(device="cuda", enable_overlap_schedule=False).enable_overlap_schedule is False
     assert ServerArgs(device="cpu", enable_overlap_schedule=True).enable_overlap_schedule is True
+
+
+def test_admission_is_skipped_while_every_waiting_grammar_compiles(tiny_llama, monkeypatch):
+    """While all waiting requests wait for grammar compiles, steps do no admission work (no
+    priority pass that would compete with the compile thread for the GIL) and running requests
+    keep decoding; a compile that fails then aborts its request at the next step."""
+    from concurrent.futures import Future
+
+    sched = make_scheduler(tiny_llama)
+    running = make_req(sched, 0, SNIPPETS[0])
+    sched.add_request(running)
+    sched.step()
+    blocked = make_req(sched, 1, SNIPPETS[1])
+    sched.add_request(blocked)
+    blocked.grammar_future = compiling = Future()  # as if its grammar were being compiled
+    calls = []
+    priority = sched.policy.calc_priority
+    monkeypatch.setattr(sched.policy, "calc_priority", lambda waiting: (calls.append(len(waiting)), priority(waiting))[1])
+    before = len(running.output_ids)
+    for _ in range(3):
+        sched.step()
+    assert calls == [] and len(running.output_ids) == before + 3 and blocked in sched.waiting
+    compiling.set_exception(ValueError("unsupported keyword"))
+    sched.step()
+    assert calls and blocked.finished and "invalid grammar" in blocked.finish_reason["message"]
