@@ -127,7 +127,9 @@ def main() -> None:
     ap.add_argument("--max-window", type=int, default=12)
     ap.add_argument("--workloads", default="extraction,extract_json,summarize")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--modes", default="plain,ngram", help="plain first: the others compare to it")
+    ap.add_argument("--modes", default="plain,ngram",
+                    help="plain first (the others compare to it); ngram uses --num-draft-tokens and the "
+                         "windows, ngram:K:MIN:MAX sets them per mode (a sweep in one run)")
     ap.add_argument("--cprofile", default=None,
                     help="print a cProfile of the scheduler steps of the timed runs (DIR: also save .prof files)")
     args = ap.parse_args()
@@ -146,7 +148,12 @@ def main() -> None:
     results: dict[str, dict[str, dict]] = {w: {} for w in names}
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
-        kw = spec if mode == "ngram" else {}
+        kw = {}
+        if mode.startswith("ngram"):
+            k, lo, hi = (list(map(int, mode.split(":")[1:])) + [None] * 3)[:3]
+            kw = {**spec, **({"speculative_num_draft_tokens": k} if k else {}),
+                  **({"speculative_ngram_min_match_window_size": lo} if lo else {}),
+                  **({"speculative_ngram_max_match_window_size": hi} if hi else {})}
         with Engine(**common, **kw) as engine:
             tok = engine.tokenizer
             for w in names:  # warm-up (not counted): every workload's first prompt, full length
