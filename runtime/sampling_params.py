@@ -105,9 +105,15 @@ Stops = Annotated[list[StopStr], BeforeValidator(_str_list), Field(max_length=MA
 StopIds = Annotated[list[TokenId], Field(max_length=MAX_STOP_IDS)]
 StopRegex = Annotated[Annotated[list[GrammarStr], Field(max_length=MAX_STOP)] | None, BeforeValidator(_str_list),
                       AfterValidator(_check_stop_regex)]
-Regex = Annotated[GrammarStr | None, AfterValidator(_optional(check_regex))]
-JsonSchema = Annotated[GrammarStr | None, BeforeValidator(_schema_text), AfterValidator(_optional(check_json_schema))]
-Ebnf = Annotated[GrammarStr | None, AfterValidator(_optional(check_ebnf))]
+Regex = GrammarStr | None
+JsonSchema = Annotated[GrammarStr | None, BeforeValidator(_schema_text)]
+Ebnf = GrammarStr | None
+# NOTE: cheap syntax checks of the constraint grammars, added at the HTTP edge (protocol.py) so
+# that a bad grammar gets its 400 before it is queued. In process the grammar backend's compile
+# (time-limited, in a thread pool) rejects it, aborting only that request of a batch.
+GRAMMAR_SYNTAX_CHECKS = {"regex": AfterValidator(_optional(check_regex)),
+                         "json_schema": AfterValidator(_optional(check_json_schema)),
+                         "ebnf": AfterValidator(_optional(check_ebnf))}
 Penalty = Annotated[Finite, Field(ge=-2, le=2)]
 
 
@@ -126,7 +132,8 @@ class SamplingParams:
 
     Constructing directly checks only the cross-field rules (``__post_init__``); untrusted input
     goes through :meth:`from_dict` or the HTTP models, which also check every field's type and
-    range and raise ``ValueError`` / ``ValidationError`` naming the field.
+    range and raise ``ValueError`` / ``ValidationError`` naming the field (the HTTP models also
+    syntax-check the grammars: ``GRAMMAR_SYNTAX_CHECKS``).
     """
 
     max_new_tokens: TokenLen = 128

@@ -24,8 +24,8 @@ from pydantic import (
 )
 
 from radixlm.runtime.sampling_params import (  # noqa: F401 - re-exported (the edge's limits and checks)
-    MAX_GRAMMAR_CHARS, MAX_STOP, MAX_STOP_CHARS, Finite, SamplingParams, TokenId, TokenLen, check_ebnf,
-    check_json_schema, check_regex,
+    GRAMMAR_SYNTAX_CHECKS, MAX_GRAMMAR_CHARS, MAX_STOP, MAX_STOP_CHARS, Finite, SamplingParams, TokenId, TokenLen,
+    check_ebnf, check_json_schema, check_regex,
 )
 
 MAX_N = 128
@@ -42,13 +42,15 @@ class _Lenient(BaseModel):
 
 def sampling_fields(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """``create_model`` field specs of :class:`SamplingParams`' fields (less ``exclude``): the
-    dataclass's annotated type (its validation) plus ``EDGE_LIMITS``, optional, default ``None``
-    (= the runtime default)."""
+    dataclass's annotated type (its validation) plus ``EDGE_LIMITS`` and the grammars' syntax
+    checks (``GRAMMAR_SYNTAX_CHECKS``), optional, default ``None`` (= the runtime default)."""
     hints = get_type_hints(SamplingParams, include_extras=True)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(SamplingParams):
         if f.name not in exclude:
-            t = hints[f.name] if f.name not in EDGE_LIMITS else Annotated[hints[f.name], EDGE_LIMITS[f.name]]
+            t = hints[f.name]
+            for extra in (EDGE_LIMITS.get(f.name), GRAMMAR_SYNTAX_CHECKS.get(f.name)):
+                t = t if extra is None else Annotated[t, extra]
             out[f.name] = (Optional[t], None)
     return out
 
