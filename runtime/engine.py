@@ -14,10 +14,18 @@ from typing import Any, Iterator
 from radixlm.runtime.request import Req, build_req, sample_rids
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.scheduler_loop import run_scheduler_loop
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.tokenizer import encode_batch, load_tokenizer, make_output
 
 logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # the scheduler thread's longest wait for input when idle
+
+
+def _deliver(reqs: list[Req]) -> None:
+    for req in reqs:
+        req.sink(req)
 
 
 class Engine:
@@ -88,36 +96,33 @@ class Engine:
 
     # ------------------------------------------------------ scheduler thread
     def _loop(self) -> None:
-        sched = self.scheduler
-        while not self._stopped.is_set():
-            try:
-                block = not sched.has_work()
-                while True:
-                    kind, payload = self._inbox.get(block=block, timeout=0.5 if block else None)
-                    block = False
-                    self._handle(kind, payload)
-            except queue.Empty:
-                pass
-            if self._tp is not None and not self._tp.sync():  # NOTE: a TP rank is gone
-                self._stopped.set()
-                break
-            if not sched.has_work():
-                sched.step()  # idle: runs the integrity self-check
-                continue
-            try:
-                touched = sched.step()
-            except Exception as e:  # NOTE: contain the failure to the requests in flight
-                logger.exception("scheduler step failed")
-                touched = self._abort_all(f"internal error: {type(e).__name__}: {e}")
-            for req in touched:
-                req.sink(req)
-            if not sched.ran_batch and not touched:
-                time.sleep(0.001)  # waiting only on grammar compiles
-        self._abort_all("engine shut down")
+        """The scheduler thread: the shared loop (runtime/scheduler_loop.py) over the inbox."""
+        run_scheduler_loop(self.scheduler, self._receive, _deliver, idle_wait_s=IDLE_WAIT_S,
+                           should_stop=self._stopped.is_set, sync=self._sync if self._tp is not None else None)
+        _deliver(self.scheduler.abort_all("engine shut down"))
         if self._tp is not None:
             self._tp.stop()
 
-    def _handle(self, kind: str, payload: Any) -> None:
+    def _sync(self) -> bool:
+        if self._tp.sync():
+            return True
+        self._stopped.set()  # NOTE: a TP rank is gone
+        return False
+
+    def _receive(self, wait_s: float) -> list[Req]:
+        """Apply the inbox items (waiting up to ``wait_s`` for the first); returns the requests
+        that finished here (rejected on arrival, aborted)."""
+        finished: list[Req] = []
+        try:
+            item = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()
+            while True:
+                self._handle(*item, finished)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        return finished
+
+    def _handle(self, kind: str, payload: Any, finished: list[Req]) -> None:
         if self._tp is not None:
             self._tp.record(kind, payload)
         if kind == "add":
@@ -126,25 +131,17 @@ class Engine:
                 self.scheduler.add_request(req)
             except Exception as e:
                 req.finish_reason = {"type": "abort", "message": str(e)}
-                req.sink(req)
+                finished.append(req)
         elif kind == "abort":
             req = self.scheduler.abort(payload)
             if req is not None:
-                req.sink(req)
+                finished.append(req)
         elif kind == "call":
             fn, box = payload
             try:
                 box.put((True, fn()))
             except Exception as e:
                 box.put((False, e))
-
-    def _abort_all(self, message: str) -> list[Req]:
-        out = self.scheduler.abort_all(message)
-        if self._stopped.is_set():
-            for req in out:
-                req.sink(req)
-            return []
-        return out
 
     def _call(self, fn):
         """Run ``fn`` on the scheduler thread and return its result."""

@@ -17,6 +17,7 @@ import zmq
 from radixlm.runtime import distributed as dist
 from radixlm.runtime.request import Req, build_req
 from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.scheduler_loop import run_scheduler_loop
 from radixlm.runtime.server.io_struct import (
     AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
     TokenIDOut, TokenizedGenerateReq, decode, encode,
@@ -27,7 +28,7 @@ from radixlm.runtime.speculative_worker import spec_meta_info
 
 logger = logging.getLogger("radixlm.scheduler")
 
-IDLE_POLL_MS = 1000
+IDLE_POLL_S = 1.0  # longest wait for input when idle
 
 
 class SchedulerServer:
@@ -69,11 +70,12 @@ class SchedulerServer:
         }
 
     # ------------------------------------------------------------ inbox
-    def _recv_all(self, wait_ms: int) -> list:
-        """Rank 0: the messages waiting (up to ``wait_ms`` for the first). Under TP they are
-        broadcast, with the newly compiled grammars, and every rank handles the same list."""
+    def _receive(self, wait_s: float) -> list[Req]:
+        """Apply the messages waiting (rank 0 waits up to ``wait_s`` for the first). Under TP they
+        are broadcast, with the newly compiled grammars, and every rank handles the same list.
+        Returns the requests finished here (rejected arrivals, aborts)."""
         msgs: list = []
-        if self.rank == 0 and (not wait_ms or self.recv_sock.poll(wait_ms)):
+        if self.rank == 0 and (not wait_s or self.recv_sock.poll(max(1, round(wait_s * 1000)))):
             while True:
                 try:
                     msgs.append(decode(self.recv_sock.recv(zmq.NOBLOCK)))
@@ -90,7 +92,8 @@ class SchedulerServer:
                 self._handle(msg)
             except Exception:  # NOTE: one bad message must not stop the scheduler
                 logger.exception("handling %s failed", type(msg).__name__)
-        return msgs
+        pending, self.pending = self.pending, []
+        return pending
 
     def _handle(self, msg: object) -> None:
         if isinstance(msg, TokenizedGenerateReq):
@@ -198,33 +201,11 @@ class SchedulerServer:
             snap.kv_used_tokens / max(snap.kv_total_tokens, 1), snap.num_running, snap.num_waiting,
         )
 
-    def _abort_in_flight(self, message: str) -> list[Req]:
-        s = self.scheduler
-        live = list(s.waiting) + list(s.running) + ([s.chunked_req] if s.chunked_req else [])
-        return [r for r in (s.abort(q.rid, message) for q in live) if r is not None]
-
     def serve(self) -> None:
-        sched = self.scheduler
-        wait_ms = 0
-        while True:
-            self._recv_all(wait_ms)
-            touched, self.pending = self.pending, []
-            if sched.has_work():
-                try:
-                    touched += sched.step()
-                except Exception as e:  # NOTE: contain the failure to the requests in flight
-                    logger.exception("scheduler step failed")
-                    touched += self._abort_in_flight(f"internal error: {type(e).__name__}: {e}")
-                self._log_prefill()
-            else:
-                touched += sched.step()  # idle: runs the integrity self-check
-            self._send(touched)
-            if self.rank > 0:
-                wait_ms = 0  # NOTE: followers wait in the broadcast instead
-            elif not sched.has_work() and not self.pending:
-                wait_ms = IDLE_POLL_MS
-            else:  # NOTE: only grammar compiles pending -> wait briefly for input instead of spinning
-                wait_ms = 1 if not getattr(sched, "ran_batch", True) and not touched else 0
+        """Run the shared scheduler loop (runtime/scheduler_loop.py) over the sockets; never
+        returns (a lost TP peer raises from the broadcast)."""
+        run_scheduler_loop(self.scheduler, self._receive, self._send, idle_wait_s=IDLE_POLL_S,
+                           after_step=self._log_prefill, follower=self.rank > 0)
 
 
 def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, rank: int = 0,
