@@ -32,6 +32,7 @@ class _NFA:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.shared: dict[object, tuple[int, int]] = {}
         self.gates: list[int] = []  # states whose epsilon edges enter a cold branch
+        self.dead_ends = False  # an empty set or language was built: some states may be dead
 
     def new(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -74,6 +75,8 @@ class _NFA:
             return s, e
         if kind == "alt":
             s, e = self.new(), self.new()
+            if not node[1]:
+                self.dead_ends = True
             for item in node[1]:
                 a, b = self.build(item)
                 self.eps[s].append(a)
@@ -101,6 +104,8 @@ class _NFA:
         start = self.new()
         if dfa.start:
             self.eps[start].append(base + dfa.start)
+        else:
+            self.dead_ends = True
         return start, end
 
     def _set(self, ranges: tuple[tuple[int, int], ...]) -> tuple[int, int]:
@@ -119,6 +124,8 @@ class _NFA:
                     if existed:  # NOTE: a shared tail already has its own edges on to ``e``.
                         break
                     state = nxt
+        if not self.edges[s]:
+            self.dead_ends = True  # NOTE: an empty set
         return s, e
 
     def _rep(self, node: Node, lo: int, hi: int | None) -> tuple[int, int]:
@@ -277,13 +284,18 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
             row.append((lo, hi, d))
         rows.append(row)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
-    for d, row in enumerate(rows, start=1):
-        for lo, hi, t in row:
-            trans[d, lo : hi + 1] = t
+    flat = [(d, lo, hi, t) for d, row in enumerate(rows, start=1) for lo, hi, t in row]
+    if flat:
+        runs = np.asarray(flat, dtype=np.int64)
+        width = runs[:, 2] - runs[:, 1] + 1
+        cols, owner = expand(runs[:, 1], width)
+        trans[runs[owner, 0], cols] = runs[owner, 3]
     hot = None
     if hot_nfa is not None:
         hot = np.asarray([False] + [any(hot_nfa[i] for i in key) for key in order], dtype=bool)
-    return _trim(trans, np.asarray(accept, dtype=bool), hot)
+    # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
+    # every DFA state (a non-empty set of them) is live: nothing to trim.
+    return _trim(trans, np.asarray(accept, dtype=bool), hot, check=nfa.dead_ends)
 
 
 def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:
@@ -327,13 +339,16 @@ def _hot_states(nfa: _NFA, start: int) -> list[bool]:
     return hot
 
 
-def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None) -> ByteDFA:
+def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None,
+          check: bool = True) -> ByteDFA:
     """Send every state that cannot reach an accepting state to 0, renumber the rest (``hot``,
-    per state, follows the renumbering)."""
+    per state, follows the renumbering). ``check=False``: the caller knows every state is live."""
     n = trans.shape[0]
     live = accept.copy()
     live[0] = False
-    if not live[1:].all():
+    if not check:
+        live[1:] = True
+    elif not live[1:].all():
         live = _coreachable(trans, live)
     if not live[1]:
         return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
