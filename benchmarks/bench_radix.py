@@ -151,11 +151,15 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
     clock = time.perf_counter_ns
 
     def timed_match_insert(query: list[int], packer=None) -> int:
+        """match + insert; with ``packer``: ids packed once (timed), the insert hinted."""
         kv = alloc.alloc(L)
         t = clock()
-        ids = query if packer is None else packer(query)
-        cache.match_prefix(ids)
-        n = cache.insert(ids, kv)
+        if packer is None:
+            cache.match_prefix(query)
+            n = cache.insert(query, kv)
+        else:
+            ids = packer(query)
+            n = cache.insert(ids, kv, hint=cache.match_prefix(ids).last_node)
         dt = clock() - t
         alloc.free(kv[:n])
         return dt
@@ -203,7 +207,7 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
         _stats(f"scheduler path (match, lock, cache_finished_req), {L} tokens, random shared"
                " prefix", sched),
         _stats(f"match + insert, {L} tokens, full hit", full),
-        *([_stats(f"match + insert, {L} tokens, full hit, ids packed once (timed)", full_packed)]
+        *([_stats(f"match + insert, {L} tokens, full hit, ids packed once (timed) + insert hint", full_packed)]
           if full_packed else []),
         _stats(f"match + insert, {L} tokens, full miss", miss),
         _stats(f"match only, {L} tokens, full hit", match_only),
@@ -229,14 +233,13 @@ def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[l
     return rows, info
 
 
-def run_deep_trunk(cache_cls: type, args: argparse.Namespace, packer=None) -> tuple[dict, dict]:
-    """Deep-trunk case: many branch points on one path. Returns the timing row and tree info.
-
-    ``packer``: e.g. ``radixlm.radix.pack_ids``: the timed part packs the request once (included in
-    the time) and passes the array to both ``match_prefix`` and ``insert``."""
+def build_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple:
+    """The deep-trunk tree: 5,000 (``--deep-inserts``) prompts sharing a ``seq_len // 2``-token
+    trunk up to a random length, each with a random 16-256-token suffix. Returns
+    ``(cache, allocator, trunk, tree info)``; the same ``--seed`` gives the same tree."""
     rng = random.Random(args.seed)
     L, trunk_len = args.seq_len, args.seq_len // 2
-    alloc = TokenToKVPoolAllocator(args.deep_inserts * 300 + trunk_len + 2 * args.iters * L)
+    alloc = TokenToKVPoolAllocator(args.deep_inserts * 300 + trunk_len + 4 * args.iters * L)
     cache = cache_cls(alloc)
     trunk = [rng.randrange(VOCAB) for _ in range(trunk_len)]
     t0 = time.perf_counter()
@@ -246,27 +249,49 @@ def run_deep_trunk(cache_cls: type, args: argparse.Namespace, packer=None) -> tu
         kv = torch.cat([prefix, alloc.alloc(len(seq) - prefix.numel())])
         assert cache.insert(fresh(seq), kv) == prefix.numel()
     info = {"nodes": cache.num_nodes(), "tokens": cache.total_size(), "build_s": time.perf_counter() - t0}
+    return cache, alloc, trunk, info
+
+
+def run_deep_trunk(variants: list[tuple], args: argparse.Namespace) -> list[tuple[str, dict, dict]]:
+    """Deep-trunk case: many branch points on one path; 4,096-token requests (the whole trunk +
+    new tokens), ``match_prefix`` + ``insert`` timed together.
+
+    ``variants``: ``(label, cache class, packer, hint)``; ``packer`` (e.g. ``pack_ids``) packs the
+    request once (timed) for both calls; ``hint``: the insert gets the match's ``last_node``.
+    Variants of one cache class share its tree; the variants alternate within each iteration
+    (rotating order), so all see the same load. Returns ``(label, stats row, tree info)``.
+    """
+    L, trunk_len = args.seq_len, args.seq_len // 2
+    trees = {}
+    for _, cls, _, _ in variants:
+        if cls not in trees:
+            trees[cls] = build_deep_trunk(cls, args)
+    rng = random.Random(args.seed + 1)
     gc.collect()
     gc.freeze()
     clock = time.perf_counter_ns
-    samples = []
-    for _ in range(args.iters):
-        query = fresh(trunk + [rng.randrange(VOCAB) for _ in range(L - trunk_len)])
-        kv = alloc.alloc(L)
-        t = clock()
-        ids = query if packer is None else packer(query)
-        m = cache.match_prefix(ids).indices.numel()
-        n = cache.insert(ids, kv)
-        samples.append(clock() - t)
-        assert m == n
-        alloc.free(kv[:n])
+    samples: list[list[int]] = [[] for _ in variants]
+    for it in range(args.iters):
+        for k in range(len(variants)):
+            v = (k + it) % len(variants)
+            _, cls, packer, hint = variants[v]
+            cache, alloc, trunk, _ = trees[cls]
+            query = fresh(trunk + [rng.randrange(VOCAB) for _ in range(L - trunk_len)])
+            kv = alloc.alloc(L)
+            t = clock()
+            ids = query if packer is None else packer(query)
+            res = cache.match_prefix(ids)
+            n = cache.insert(ids, kv, hint=res.last_node) if hint else cache.insert(ids, kv)
+            samples[v].append(clock() - t)
+            assert res.indices.numel() == n
+            alloc.free(kv[:n])
     gc.unfreeze()
-    errors = cache.check_integrity()
-    if errors:
-        raise SystemExit(f"integrity check failed after the deep-trunk run: {errors}")
+    for cache, _, _, _ in trees.values():
+        errors = cache.check_integrity()
+        if errors:
+            raise SystemExit(f"integrity check failed after the deep-trunk run: {errors}")
     name = f"deep trunk: match + insert, {L} tokens, {trunk_len}-token trunk, {args.deep_inserts} inserts"
-    name += ", packed once" if packer is not None else ""
-    return _stats(name, samples), info
+    return [(label, _stats(name, samples[v]), trees[cls][3]) for v, (label, cls, _, _) in enumerate(variants)]
 
 
 def format_deep(rows: list[tuple[str, dict, dict]], args: argparse.Namespace) -> str:
@@ -329,17 +354,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--deep-only", action="store_true", help="only the deep-trunk case")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    deep = [("this version", *run_deep_trunk(RadixCache, args)),
-            ("this version, ids packed once (pack_ids, timed)", *run_deep_trunk(RadixCache, args, pack_ids))]
+    variants = [("this version", RadixCache, None, False),
+                ("this version, insert(hint=match's last_node)", RadixCache, None, True),
+                ("this version, ids packed once (pack_ids, timed) + insert hint", RadixCache, pack_ids, True)]
+    OldRadixCache = None
     if args.baseline_rev:
         OldRadixCache = load_baseline(args.baseline_rev, ["radix"]).radix.cache.RadixCache
         args.baseline = f"git {args.baseline_rev}"
-        deep.append((f"baseline (radix/ at {args.baseline_rev})", *run_deep_trunk(OldRadixCache, args)))
+        variants.append((f"baseline (radix/ at {args.baseline_rev})", OldRadixCache, None, False))
     elif args.baseline:
         sys.path.insert(0, args.baseline)
         from cache_old import RadixCache as OldRadixCache
 
-        deep.append((f"baseline ({args.baseline}/cache_old.py)", *run_deep_trunk(OldRadixCache, args)))
+        variants.append((f"baseline ({args.baseline}/cache_old.py)", OldRadixCache, None, False))
+    deep = run_deep_trunk(variants, args)
     report = format_deep(deep, args)
     if not args.deep_only:
         micro = format_micro(*run_micro(args), args)

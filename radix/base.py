@@ -71,8 +71,9 @@ class PrefixCache(abc.ABC):
         """
 
     @abc.abstractmethod
-    def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:
+    def insert(self, token_ids: list[int], indices: torch.Tensor, hint: Any = None) -> int:
         """Add ``token_ids`` (whole pages only) whose KV lives in slots ``indices`` (``[len]``).
+        ``hint``: as in :meth:`match_prefix` (never changes the result).
 
         Returns ``n``, the (page-aligned) length of the prefix that was already cached. Ownership
         after the call: the cache owns ``indices[n:aligned]`` (``aligned`` = length rounded down to

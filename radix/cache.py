@@ -143,13 +143,16 @@ class RadixCache(EvictionMixin, PrefixCache):
             self._lru_push(node)
         return node
 
-    def insert(self, token_ids, indices: torch.Tensor) -> int:
-        """See :meth:`PrefixCache.insert`; ``token_ids`` may also be an int64 ``np.ndarray``."""
+    def insert(self, token_ids, indices: torch.Tensor, hint: TreeNode | None = None) -> int:
+        """See :meth:`PrefixCache.insert`; ``token_ids`` may also be an int64 ``np.ndarray``;
+        ``hint`` as in :meth:`match_node` (e.g. the ``last_node`` of a match of the same ids just
+        before: the insert then compares only what lies past it). Same result and effects."""
         ids = token_ids if type(token_ids) is list else as_ids(token_ids)
         n = len(ids) - len(ids) % self.page_size
         if indices.numel() < n:
             raise ValueError(f"insert: {indices.numel()} slots for {n} tokens")
-        return self._insert(ids, n, indices, self._root)[0]
+        start = self._root if hint is None else self._resume_at(hint, n)
+        return self._insert(ids, start.end, n, indices, start)[0]
 
     def _resume_at(self, hint: TreeNode, n: int) -> TreeNode:
         """Where a match of ``n`` tokens may start: ``hint`` or its deepest ancestor ending by
@@ -205,15 +208,15 @@ class RadixCache(EvictionMixin, PrefixCache):
             i = stop - off
         return i, node, arr
 
-    def _insert(self, ids, n: int, indices: torch.Tensor, node: TreeNode) -> tuple[int, TreeNode]:
-        """Insert ``ids[:n]`` (whole pages) below ``node``: ``ids[j]`` is the token at depth
-        ``node.end + j`` and ``indices[j]`` its slot. Starting below a request's locked
+    def _insert(self, ids, i: int, n: int, indices: torch.Tensor, node: TreeNode) -> tuple[int, TreeNode]:
+        """Insert ``ids[i:n]`` (whole pages) below ``node``: ``ids[i]`` is the token at depth
+        ``node.end`` and ``indices[j]`` the slot of ``ids[j]``. Starting below a request's locked
         ``last_node`` spares comparing the prefix it matched.
 
-        Returns the length (relative to ``node``) that was already cached and the node where
+        Returns the index in ``ids`` up to which it was already cached and the node where
         ``ids[:n]`` ends.
         """
-        i, node, _ = self._walk(ids, 0, n, node)
+        i, node, _ = self._walk(ids, i, n, node)
         now = self._tick()
         if i < n:
             tail = ids[i:n]
@@ -357,7 +360,7 @@ class RadixCache(EvictionMixin, PrefixCache):
         aligned = req.kv_len - req.kv_len % self.page_size
         start_node, p = self._start_of(req)
         ids = _token_range(req, p, aligned)
-        n, node = self._insert(ids, len(ids), kv[p:] if p else kv, start_node)
+        n, node = self._insert(ids, 0, len(ids), kv[p:] if p else kv, start_node)
         return kv, aligned, p + n, node
 
     def _free(self, slots: torch.Tensor) -> None:

@@ -45,7 +45,7 @@ class NoOpPrefixCache(PrefixCache):
     def match_prefix(self, token_ids: list[int], end: int | None = None, hint=None) -> MatchResult:
         return MatchResult(self._empty, self._root)
 
-    def insert(self, token_ids: list[int], indices: torch.Tensor) -> int:
+    def insert(self, token_ids: list[int], indices: torch.Tensor, hint=None) -> int:
         """Stores nothing and returns ``len(token_ids)``: under the ownership rule of
         :meth:`PrefixCache.insert` the caller keeps (and frees) every slot it passed."""
         return len(token_ids)

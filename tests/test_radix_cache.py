@@ -106,7 +106,9 @@ class RadixMachine(RuleBasedStateMachine):
     def insert(self, data) -> None:
         seq = self.draw_seq(data)
         idx = self.alloc.alloc(len(seq))
-        n = self.cache.insert(pack_ids(seq) if data.draw(st.booleans()) else seq, idx)
+        usable = [node for prefix, node in self.hints if list(prefix) == seq[: len(prefix)]]
+        hint = data.draw(st.sampled_from(usable)) if usable and data.draw(st.booleans()) else None
+        n = self.cache.insert(pack_ids(seq) if data.draw(st.booleans()) else seq, idx, hint=hint)
         assert n == self.ref_match(seq)
         end = self.aligned(seq)
         for j in self.pages(end)[n // self.page :]:
