@@ -14,7 +14,8 @@ Cases, per schedule policy (``lpm`` falls back to ``fcfs`` above 128 waiting req
 
 ``--baseline-rev REV`` also times the scheduler's admission, policy and ``radix/`` as they were at
 git revision ``REV`` (copied from ``git show`` into a temporary package), in the same run on the
-same inputs, and checks that both admit the same requests in the same order with the same slices.
+same inputs (alternating with this version), and checks that both admit the same requests in the
+same order with the same slices.
 
 Usage:
     python benchmarks/bench_admission.py [--waiting 2048] [--iters 15] [--baseline-rev REV]
@@ -100,24 +101,29 @@ def build(work: dict, args: argparse.Namespace, policy: str, blocked: bool, impl
     return sched
 
 
-def run_case(work, args, policy: str, blocked: bool, impl) -> tuple[list[int], list[int], list]:
-    """Times ``_get_prefill_batch`` (twice per fresh scheduler); returns the samples (ns) of the
-    first and second step and the first step's admitted (rid, start, end) slices."""
-    first, second, outcome = [], [], None
+def run_case(work, args, policy: str, blocked: bool, impls: list) -> list[tuple[list, list, list]]:
+    """Times ``_get_prefill_batch`` twice per fresh scheduler, ``--iters`` schedulers per
+    implementation, the implementations alternating (rotating order) in each iteration. Returns,
+    per implementation, the samples (ns) of the first and second step and the first step's
+    admitted ``(rid, start, end)`` slices."""
+    out = [([], [], None) for _ in impls]
     clock = time.perf_counter_ns
-    for _ in range(args.iters):
-        sched = build(work, args, policy, blocked, impl)
-        gc.collect()
-        gc.disable()
-        t = clock()
-        batch = sched._get_prefill_batch()
-        first.append(clock() - t)
-        t = clock()
-        sched._get_prefill_batch()
-        second.append(clock() - t)
-        gc.enable()
-        outcome = [] if batch is None else [(s.req.rid, s.start, s.end) for s in batch.slices]
-    return first, second, outcome
+    for it in range(args.iters):
+        for k in range(len(impls)):
+            j = (k + it) % len(impls)
+            sched = build(work, args, policy, blocked, impls[j][1])
+            gc.collect()
+            gc.disable()
+            t = clock()
+            batch = sched._get_prefill_batch()
+            out[j][0].append(clock() - t)
+            t = clock()
+            sched._get_prefill_batch()
+            out[j][1].append(clock() - t)
+            gc.enable()
+            slices = [] if batch is None else [(s.req.rid, s.start, s.end) for s in batch.slices]
+            out[j] = (out[j][0], out[j][1], slices)
+    return out
 
 
 def stats(samples: list[int]) -> tuple[float, float]:
@@ -157,18 +163,16 @@ def main(argv: list[str] | None = None) -> str:
     ]
     for policy in args.policies.split(","):
         for blocked in (False, True):
-            outcomes = []
-            for label, impl in impls:  # NOTE: alternate implementations per case (same load)
-                first, second, outcome = run_case(work, args, policy, blocked, impl)
-                outcomes.append(outcome)
+            results = run_case(work, args, policy, blocked, impls)
+            for (label, _), (first, second, outcome) in zip(impls, results):
                 case = "blocked" if blocked else "admit"
                 admitted = len({rid for rid, _, _ in outcome})
                 rows = [("step 1", first), ("step 2", second)] if blocked else [("", first)]
                 for step, samples in rows:
                     med, p90 = stats(samples)
                     lines.append(f"| {policy} | {case} {step} | {label} | {admitted} | {med:.2f} | {p90:.2f} |")
-                print(lines[-1], flush=True)
-            if len(outcomes) == 2 and outcomes[0] != outcomes[1]:
+                    print(lines[-1], flush=True)
+            if any(r[2] != results[0][2] for r in results):
                 raise SystemExit(f"{policy}: this version and the baseline admitted different slices")
     report = "\n".join(lines) + "\n"
     print(report)
