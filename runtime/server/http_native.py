@@ -115,7 +115,7 @@ async def native_specs(body: GenerateReqInput, tm: TokenizerManager) -> tuple[li
         raise RequestError("pass exactly one of text and input_ids", param="text")
     if body.text is not None:
         single = isinstance(body.text, str)
-        prompts = [await tm.encode_async(t) for t in ([body.text] if single else body.text)]
+        prompts = await tm.encode_many([body.text] if single else body.text)  # NOTE: one tokenizer call
     else:
         ids = body.input_ids
         single = not (ids and isinstance(ids[0], list))

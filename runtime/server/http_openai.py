@@ -96,7 +96,8 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
         vocab = tm.info.get("vocab_size") or len(tm.tokenizer)
         if any(not isinstance(x, str) and any(t >= vocab for t in x) for x in p):  # NOTE: before decoding
             raise RequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
-        prompts = [await tm.encode_async(x) if isinstance(x, str) else list(x) for x in p]
+        encoded = iter(await tm.encode_many([x for x in p if isinstance(x, str)]))  # NOTE: one tokenizer call
+        prompts = [next(encoded) if isinstance(x, str) else list(x) for x in p]
         texts = [x if isinstance(x, str) else await tm.run_off_loop(tm.tokenizer.decode, x) for x in p]
         sp = _sampling(body, 16 if body.max_tokens is None else body.max_tokens,
                        response_format_schema(body.response_format))

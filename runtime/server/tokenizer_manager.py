@@ -24,6 +24,7 @@ from radixlm.runtime.server.io_struct import (
 )
 from radixlm.runtime.server.metrics import ServerMetrics
 from radixlm.runtime.server.protocol import MAX_TOP_LOGPROBS
+from radixlm.runtime.server.tokenize_batch import TokenizeBatcher
 
 logger = logging.getLogger("radixlm.tokenizer_manager")
 
@@ -131,6 +132,7 @@ class TokenizerManager:
         self.groups: dict[str, list[str]] = {}  # submitted rid -> its sample rids (n > 1)
         # NOTE: tokenization and template rendering run here, never on the event loop
         self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="radixlm-tokenize")
+        self.batcher = TokenizeBatcher(tokenizer, self.run_off_loop)  # NOTE: arrivals, batched
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -200,9 +202,16 @@ class TokenizerManager:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def encode_async(self, text: str) -> list[int]:
-        """Tokenize off the event loop; raises RequestError(400) for text the tokenizer refuses."""
+        """Tokenize one text (batched with other arrivals, off the event loop); raises
+        RequestError(400) for text the tokenizer refuses."""
+        return (await self.encode_many([text]))[0]
+
+    async def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Tokenize ``texts`` (one request's prompts) in one tokenizer call shared with the
+        requests arriving alongside (:class:`~radixlm.runtime.server.tokenize_batch.TokenizeBatcher`),
+        off the event loop. Raises RequestError(400) for text the tokenizer refuses."""
         try:
-            return await self.run_off_loop(self.tokenizer.encode, text)
+            return await self.batcher.encode(texts)
         except (TypeError, ValueError, UnicodeError) as e:
             raise RequestError(f"the text cannot be tokenized: {e}", param="text") from None
 
