@@ -157,6 +157,7 @@ class DfaIndex:
         self.cost = (live @ trie.byte_weight.astype(np.float64)).astype(np.int64)  # NOTE: BLAS, exact
         self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._runs: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -164,10 +165,13 @@ class DfaIndex:
         if self._graph is None:
             trans = self.trans
             n = trans.shape[0]
-            live = (trans != 0).reshape(-1)
-            src = np.repeat(np.arange(n), 256)[live]
-            dst = trans.reshape(-1)[live]
-            pairs = np.unique(src.astype(np.int64) * n + dst)
+            change = np.ones(trans.shape, dtype=bool)  # NOTE: one edge per byte run, not per byte
+            change[:, 1:] = trans[:, 1:] != trans[:, :-1]
+            src, col = np.nonzero(change)
+            dst = trans[src, col]
+            keep = dst != 0
+            self._runs = (np.searchsorted(src, np.arange(n + 1)), dst)  # run targets in byte order
+            pairs = np.unique(src[keep].astype(np.int64) * n + dst[keep])
             succ_ptr = np.searchsorted(pairs // n, np.arange(n + 1))
             rev = pairs[np.argsort(pairs % n, kind="stable")]
             pred_ptr = np.searchsorted(rev % n, np.arange(n + 1))
@@ -205,7 +209,8 @@ class DfaIndex:
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
-        is_wide = [self.cost2(s) >= WIDE_NODES for s in todo]
+        cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
+        is_wide = [not c and self.cost2(s) >= WIDE_NODES for s, c in zip(todo, cheap)]
         narrow = [s for s, w in zip(todo, is_wide) if not w]
         wide = [s for s, w in zip(todo, is_wide) if w]
         for lo in range(0, len(narrow), 256):
@@ -314,17 +319,16 @@ class DfaIndex:
         inside = set(region)
         canon = {s: 0}
         order = [s]
-        rows = []
+        run_ptr, run_dst = self._runs
         k = 0
         while k < len(order):
-            row = self.trans[order[k]]
+            q = order[k]
             k += 1
-            for t in dict.fromkeys(row.tolist()):  # NOTE: targets in order of first byte
+            for t in run_dst[run_ptr[q] : run_ptr[q + 1]].tolist():  # NOTE: in order of first byte
                 if t in inside and t not in canon:
                     canon[t] = len(order)
                     order.append(t)
-            rows.append(row)
-        table = np.stack(rows).astype(np.int64)
+        table = self.trans[np.asarray(order, dtype=np.int64)].astype(np.int64)
         lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
         lut[0] = -2
         for q, c in canon.items():
