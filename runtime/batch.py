@@ -24,7 +24,7 @@ class ReqSlice:
     sample: bool
     logprob_from: int = 0
     logprob_to: int = 0
-    slots: object = None  # int64 [length] KV slots allocated for this slice (prefill batches)
+    slots: object = None  # int64 [length] KV slots of this slice (prefill: device; verify: host copy)
     draft_ids: list[int] = field(default_factory=list)
 
     @property

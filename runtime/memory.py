@@ -80,6 +80,18 @@ class TokenToKVPoolAllocator:
         out, self._free = self._free[:n], self._free[n:]
         return to_device(out, self.device)
 
+    def alloc_with_host(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """:meth:`alloc` that also returns the slots' CPU copy (int64 ``[n]``), so a caller that
+        later frees some of them needs no device-to-host read. ``None`` when fewer are free."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} slots")
+        if n > self.available_size():
+            return None
+        if n > self._free.numel():
+            self._merge_freed()
+        out, self._free = self._free[:n], self._free[n:]
+        return to_device(out, self.device), out
+
     def free(self, indices: torch.Tensor) -> None:
         """Return slots to the free list. ``indices``: int tensor ``[k]``; empty is a no-op."""
         if indices.numel() == 0:

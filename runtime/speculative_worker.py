@@ -212,13 +212,20 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
     from radixlm.runtime.forward_batch import ForwardMode
 
     lens = [1 + len(d) for d in drafts]
-    slots = sched._alloc(sum(lens))
-    if slots is None:
+    total, alloc = sum(lens), sched.allocator
+    if alloc.available_size() < total:
+        sched.tree_cache.evict(total - alloc.available_size())
+    got = alloc.alloc_with_host(total)
+    if got is None:
         return None
+    slots, host = got
     rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
     positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
     sched.req_to_token_pool.write_batch(rows, positions, slots)
-    slices = [ReqSlice(r, r.kv_len, r.kv_len + n, True, draft_ids=list(d)) for r, n, d in zip(reqs, lens, drafts)]
+    slices, off = [], 0
+    for r, n, d in zip(reqs, lens, drafts):  # NOTE: each slice keeps its slots' host copy (settle)
+        slices.append(ReqSlice(r, r.kv_len, r.kv_len + n, True, slots=host[off : off + n], draft_ids=list(d)))
+        off += n
     return ScheduleBatch(ForwardMode.EXTEND, slices, out_cache_loc=slots, verify=True)
 
 
@@ -229,6 +236,6 @@ def settle_verify_slice(sched: Any, s: Any, out: Any) -> None:
     accepted = len(out.accepted_draft_ids)
     keep = kept_kv_len(s.start, accepted, req.num_tokens)
     if keep < s.end and req.req_pool_idx is not None:
-        sched.allocator.free(sched.req_to_token_pool.read(req.req_pool_idx, s.end, keep))
+        sched.allocator.free(s.slots[keep - s.start :])  # host copy: no device read
     req.kv_len = min(keep, s.end)
     sched.spec_drafter.record(len(s.draft_ids), accepted, req)
