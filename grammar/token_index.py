@@ -300,7 +300,7 @@ class DfaIndex:
                     base = self.mask(g)
                 finally:
                     self._busy.discard(s)
-                return delta_mask(self.trans, self.trie, self.words, s, g, base, walk_from)
+                return delta_mask(self.trans, self.trie, self.words, s, g, base, pack_tokens)
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():
