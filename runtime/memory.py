@@ -131,6 +131,12 @@ class ReqToTokenPool:
 
     def write_batch(self, rows: list[int], positions: list[int], slots: torch.Tensor) -> None:
         """Store ``slots[i]`` at ``(rows[i], positions[i])`` for every i, in one indexing op."""
+        n = len(rows)
+        if (n and rows[0] == rows[-1] and positions[-1] - positions[0] == n - 1 and rows.count(rows[0]) == n
+                and positions == list(range(positions[0], positions[0] + n))):
+            # NOTE: one request's consecutive positions (batch-1 decode, a verify slice): one copy
+            self.req_to_token[rows[0], positions[0] : positions[0] + n] = slots
+            return
         dev = self.req_to_token.device
         r, p = to_device([rows, positions], dev)
         self.req_to_token[r, p] = slots.to(torch.int32)
