@@ -399,6 +399,34 @@ def _coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
     return live
 
 
+MEMO_HASH_LIMIT = 200_000
+
+
+def _tree_size(node: Node, seen: dict[int, int]) -> int:
+    """Nodes of ``node`` expanded as a tree (what hashing it visits), capped above
+    ``MEMO_HASH_LIMIT``; linear in the DAG (memoized by ``id``)."""
+    got = seen.get(id(node))
+    if got is not None:
+        return got
+    kind = node[0] if isinstance(node, tuple) and node else None
+    if kind in ("cat", "alt"):
+        kids = node[1]
+    elif kind in ("rep", "scope", "cold"):
+        kids = (node[1],)
+    elif kind == "share":
+        kids = (node[2],)
+    else:
+        kids = ()
+    out = 1
+    for k in kids:
+        out += _tree_size(k, seen)
+        if out > MEMO_HASH_LIMIT:
+            break
+    out = min(out, MEMO_HASH_LIMIT + 1)
+    seen[id(node)] = out
+    return out
+
+
 def dfa_from_ast(node: Node) -> ByteDFA:
     """Full-match DFA of an anchor-free AST.
 
@@ -408,8 +436,10 @@ def dfa_from_ast(node: Node) -> ByteDFA:
     must not modify it in place.
     """
     try:
+        if _tree_size(node, {}) > MEMO_HASH_LIMIT:  # NOTE: hashing expands a shared DAG as a tree
+            raise TypeError
         got = _MEMO.get(node)
-    except TypeError:  # NOTE: an unhashable node (never built by this package): no memo
+    except (TypeError, RecursionError):  # NOTE: unhashable (never built here) or too deep: no memo
         got, node_key = None, None
     else:
         node_key = node
