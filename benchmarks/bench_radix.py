@@ -136,101 +136,119 @@ def _stats(name: str, samples_ns: list[int]) -> dict:
     }
 
 
-def run_micro(args: argparse.Namespace, cache_cls: type = RadixCache) -> tuple[list[dict], dict]:
-    rng = random.Random(args.seed)
-    pool = 2_000_000 + 3 * args.iters * args.seq_len
-    alloc = TokenToKVPoolAllocator(pool)
-    cache = cache_cls(alloc)
-    builder = TreeBuilder(cache, alloc, rng)
-    t0 = time.perf_counter()
-    nodes = builder.grow_to(args.nodes)
-    info = {"nodes": nodes, "tokens": cache.total_size(), "build_s": time.perf_counter() - t0}
-    gc.collect()
-    gc.freeze()  # NOTE: as a long-running server would; keeps GC passes off the big tree
-    L = args.seq_len
-    clock = time.perf_counter_ns
+class MicroRun:
+    """The microbenchmark on one cache class: its own ~``--nodes``-node tree (same ``--seed``, same
+    tree for every class) and samples. :func:`run_micro` alternates several of these."""
 
-    def timed_match_insert(query: list[int], packer=None) -> int:
-        """match + insert; with ``packer``: ids packed once (timed), the insert hinted."""
-        kv = alloc.alloc(L)
+    def __init__(self, args: argparse.Namespace, cache_cls: type) -> None:
+        self.args, self.L = args, args.seq_len
+        self.alloc = TokenToKVPoolAllocator(2_000_000 + 4 * args.iters * args.seq_len)
+        self.cache = cache_cls(self.alloc)
+        self.builder = TreeBuilder(self.cache, self.alloc, random.Random(args.seed))
+        t0 = time.perf_counter()
+        nodes = self.builder.grow_to(args.nodes)
+        self.info = {"nodes": nodes, "tokens": self.cache.total_size(), "build_s": time.perf_counter() - t0}
+        self.rows_pool = ReqToTokenPool(1, self.L)
+        self.cache.req_to_token_pool = self.rows_pool
+        self.packer = pack_ids if cache_cls is RadixCache else None  # NOTE: a baseline may predate pack_ids
+        self.samples: dict[str, list[int]] = {}
+
+    def _add(self, name: str, ns: int) -> None:
+        self.samples.setdefault(name, []).append(ns)
+
+    def timed_match_insert(self, query: list[int], packer=None, hint: bool = False) -> int:
+        """match + insert; ``packer``: ids packed once (timed); ``hint``: the insert is hinted."""
+        cache, clock = self.cache, time.perf_counter_ns
+        kv = self.alloc.alloc(self.L)
         t = clock()
-        if packer is None:
-            cache.match_prefix(query)
-            n = cache.insert(query, kv)
-        else:
-            ids = packer(query)
+        ids = query if packer is None else packer(query)
+        if hint:
             n = cache.insert(ids, kv, hint=cache.match_prefix(ids).last_node)
+        else:
+            cache.match_prefix(ids)
+            n = cache.insert(ids, kv)
         dt = clock() - t
-        alloc.free(kv[:n])
+        self.alloc.free(kv[:n])
         return dt
 
-    rows_pool = ReqToTokenPool(1, L)
-    cache.req_to_token_pool = rows_pool
-
-    def timed_request(query: list[int]) -> int:
+    def timed_request(self, query: list[int]) -> int:
         """Admission match + lock, then cache_finished_req (KV of the new part computed)."""
+        cache, clock, rows, L = self.cache, time.perf_counter_ns, self.rows_pool, self.L
         req = Req(rid="bench", origin_input_ids=query[:-1], sampling_params=None)
         req.output_ids = query[-1:]
         t = clock()
         req.prefix_indices, req.last_node = cache.match_prefix(query)
         cache.inc_lock_ref(req.last_node)
         dt = clock() - t
-        req.req_pool_idx = rows_pool.alloc()
+        req.req_pool_idx = rows.alloc()
         p = req.prefix_indices.numel()
-        rows_pool.write(req.req_pool_idx, 0, req.prefix_indices)
-        rows_pool.write(req.req_pool_idx, p, alloc.alloc(L - p))
+        rows.write(req.req_pool_idx, 0, req.prefix_indices)
+        rows.write(req.req_pool_idx, p, self.alloc.alloc(L - p))
         req.kv_len = L
         t = clock()
         cache.cache_finished_req(req)
         return dt + clock() - t
 
-    partial, full, miss, match_only, sched, full_packed = [], [], [], [], [], []
-    packer = pack_ids if cache_cls is RadixCache else None  # NOTE: a baseline may predate pack_ids
-    for _ in range(args.iters):
-        base = rng.choice(builder.seqs)
-        cut = rng.randint(0, min(len(base), L))
-        seq = base[:cut] + builder.random_ids(L - cut)
-        partial.append(timed_match_insert(fresh(seq)))
-        full.append(timed_match_insert(fresh(seq)))  # now all L tokens are cached
-        if packer is not None:
-            full_packed.append(timed_match_insert(fresh(seq), packer))
+    def iteration(self, seq: list[int], miss: list[int], sched: list[int]) -> None:
+        """One round of the match/insert cases on the given sequences."""
+        L, add = self.L, self._add
+        add(f"match + insert, {L} tokens, random shared prefix", self.timed_match_insert(fresh(seq)))
+        add(f"match + insert, {L} tokens, full hit", self.timed_match_insert(fresh(seq)))  # all cached now
+        if self.packer is not None:
+            add(f"match + insert, {L} tokens, full hit, insert hint", self.timed_match_insert(fresh(seq), None, True))
+            add(f"match + insert, {L} tokens, full hit, ids packed once (timed) + insert hint",
+                self.timed_match_insert(fresh(seq), self.packer, True))
         query = fresh(seq)
-        t = clock()
-        cache.match_prefix(query)
-        match_only.append(clock() - t)
-        miss.append(timed_match_insert(builder.random_ids(L)))
-        base = rng.choice(builder.seqs)
-        cut = rng.randint(0, min(len(base), L))
-        sched.append(timed_request(fresh(base[:cut] + builder.random_ids(L - cut))))
-    rows = [
-        _stats(f"match + insert, {L} tokens, random shared prefix", partial),
-        _stats(f"scheduler path (match, lock, cache_finished_req), {L} tokens, random shared"
-               " prefix", sched),
-        _stats(f"match + insert, {L} tokens, full hit", full),
-        *([_stats(f"match + insert, {L} tokens, full hit, ids packed once (timed) + insert hint", full_packed)]
-          if full_packed else []),
-        _stats(f"match + insert, {L} tokens, full miss", miss),
-        _stats(f"match only, {L} tokens, full hit", match_only),
-    ]
-    info["nodes_after_match_insert"] = cache.num_nodes()
+        t = time.perf_counter_ns()
+        self.cache.match_prefix(query)
+        add(f"match only, {L} tokens, full hit", time.perf_counter_ns() - t)
+        add(f"match + insert, {L} tokens, full miss", self.timed_match_insert(fresh(miss)))
+        add(f"scheduler path (match, lock, cache_finished_req), {L} tokens, random shared prefix",
+            self.timed_request(fresh(sched)))
 
-    evict_ns = []
-    for _ in range(max(1, args.iters // 4)):
-        builder.grow_to(args.nodes)
+    def evict_once(self) -> None:
+        """Refill the tree (untimed), then time ``evict(seq_len)`` with a nearly full pool."""
+        self.builder.grow_to(self.args.nodes)
         gc.collect()
         # NOTE: eviction runs when the pool is (nearly) full: keep the free list short.
-        hold = alloc.alloc(max(0, alloc.available_size() - args.free_at_evict))
-        t = clock()
-        freed = cache.evict(L)
-        evict_ns.append(clock() - t)
-        alloc.free(hold)
-        assert freed >= L
-    rows.append(_stats(f"evict({L}) from ~{args.nodes} nodes", evict_ns))
-    errors = cache.check_integrity()
-    if errors:
-        raise SystemExit(f"integrity check failed after the benchmark: {errors}")
+        hold = self.alloc.alloc(max(0, self.alloc.available_size() - self.args.free_at_evict))
+        t = time.perf_counter_ns()
+        freed = self.cache.evict(self.L)
+        self._add(f"evict({self.L}) from ~{self.args.nodes} nodes", time.perf_counter_ns() - t)
+        self.alloc.free(hold)
+        assert freed >= self.L
+
+
+def run_micro(args: argparse.Namespace, classes: list[type]) -> list[tuple[list[dict], dict]]:
+    """The microbenchmark for each of ``classes`` (same trees, same queries), the classes
+    alternating within each iteration (rotating order). Returns ``(rows, tree info)`` per class."""
+    runs = [MicroRun(args, cls) for cls in classes]
+    rng, L, seqs = random.Random(args.seed + 1), args.seq_len, runs[0].builder.seqs
+    gc.collect()
+    gc.freeze()  # NOTE: as a long-running server would; keeps GC passes off the big trees
+
+    def query() -> list[int]:
+        base = rng.choice(seqs)
+        cut = rng.randint(0, min(len(base), L))
+        return base[:cut] + [rng.randrange(VOCAB) for _ in range(L - cut)]
+
+    for it in range(args.iters):
+        seq, miss, sched = query(), [rng.randrange(VOCAB) for _ in range(L)], query()
+        for k in range(len(runs)):
+            runs[(k + it) % len(runs)].iteration(seq, miss, sched)
+    for run in runs:
+        run.info["nodes_after_match_insert"] = run.cache.num_nodes()
+    for it in range(max(1, args.iters // 4)):
+        for k in range(len(runs)):
+            runs[(k + it) % len(runs)].evict_once()
+    out = []
+    for run in runs:
+        errors = run.cache.check_integrity()
+        if errors:
+            raise SystemExit(f"integrity check failed after the benchmark: {errors}")
+        out.append(([_stats(name, ns) for name, ns in run.samples.items()], run.info))
     gc.unfreeze()
-    return rows, info
+    return out
 
 
 def build_deep_trunk(cache_cls: type, args: argparse.Namespace) -> tuple:
@@ -370,10 +388,11 @@ def main(argv: list[str] | None = None) -> None:
     deep = run_deep_trunk(variants, args)
     report = format_deep(deep, args)
     if not args.deep_only:
-        micro = format_micro(*run_micro(args), args)
-        if args.baseline:
-            old = format_micro(*run_micro(args, OldRadixCache), args)
-            micro += f"\nBaseline (same run, {deep[-1][0]}):\n\n" + old.split("\n\n", 1)[1]
+        results = run_micro(args, [RadixCache] + ([OldRadixCache] if OldRadixCache is not None else []))
+        micro = format_micro(*results[0], args)
+        if len(results) > 1:
+            old = format_micro(*results[1], args)
+            micro += f"\nBaseline (same run, alternating, {deep[-1][0]}):\n\n" + old.split("\n\n", 1)[1]
         report = micro + "\n" + report
     if not (args.skip_workload or args.deep_only):  # issue 3, benchmark part 2: the engine on the CPU tiny model
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
