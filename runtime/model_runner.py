@@ -193,12 +193,17 @@ class ModelRunner:
         return self.model.compute_logits(hidden[rows]), per_slice
 
     def _flat_decode_ok(self, batch: ScheduleBatch) -> bool:
-        """A small EXTEND batch of short slices (speculative verify rows, jump-forward tokens, a
+        """A small EXTEND batch (a short prefill, speculative verify rows, jump-forward tokens, a
         mixed batch's decodes with a short prefill) replays a decode CUDA graph instead of running
-        eagerly."""
-        return (batch.mode == ForwardMode.EXTEND and self.cuda_graph is not None
-                and self.cuda_graph.can_run(batch.num_tokens)
-                and all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices))
+        eagerly: within ``cuda_graph_max_extend_tokens`` (and the graph capacity) any slices,
+        beyond it only slices of at most FLAT_DECODE_MAX_SLICE tokens."""
+        if batch.mode != ForwardMode.EXTEND or self.cuda_graph is None:
+            return False
+        n = batch.num_tokens
+        if not self.cuda_graph.can_run(n):
+            return False
+        limit = self.args.cuda_graph_max_extend_tokens
+        return (limit is None or n <= limit) or all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices)
 
     def _replay_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None):
         """A DECODE batch through its CUDA graph (one row per request)."""

@@ -37,6 +37,14 @@ class ServerArgs:
         disable_cuda_graph: run decode eagerly on CUDA (graphs are captured by default).
         cuda_graph_max_bs: largest decode batch replayed from a CUDA graph; ``None`` (default):
             ``min(512, max_running_requests)``.
+        cuda_graph_max_extend_tokens: an extend batch (prefill, mixed, verify, jump-forward) of
+            at most this many new tokens replays the decode CUDA graphs, one row per token (causal
+            attention over each request's KV), instead of running eagerly, whose per-kernel launch
+            cost dominates short prefills; slices of at most 16 tokens always may. Default 256
+            (H200, batch 1, TTFT eager -> graph: 135M dims 13.7 -> 2.4 ms at 256 new tokens; 8B
+            dims 17.6 -> 7.1 ms at 128 but 16.5 -> 17.5 ms at 512, where the per-row attention
+            reads cost more than the launches saved); ``None``: up to the largest captured
+            graph; ``0``: only the short slices.
         enable_mixed_chunk: mixed batches: a prefill chunk and one decode token of every running
             request share one forward, so arrivals do not stall decoding (default on).
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
@@ -85,6 +93,7 @@ class ServerArgs:
     enable_overlap_schedule: bool | None = None
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
+    cuda_graph_max_extend_tokens: int | None = 256
     enable_mixed_chunk: bool = True
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
     speculative_algorithm: str | None = None
@@ -115,6 +124,8 @@ class ServerArgs:
                      "cuda_graph_max_bs"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.cuda_graph_max_extend_tokens is not None and self.cuda_graph_max_extend_tokens < 0:
+            raise ValueError("cuda_graph_max_extend_tokens must be >= 0")
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError("max_total_tokens must be >= 2")
         if self.grammar_backend not in ("radixlm", "xgrammar", "llguidance"):

@@ -69,3 +69,20 @@ def test_short_extend_slices_replay_decode_graphs(tiny_llama, monkeypatch):
     spec = _outputs(tiny_llama, force_torch=False, speculative_algorithm="ngram", speculative_num_draft_tokens=4)
     assert spec == reference
     assert calls and max(calls) > len(PROMPTS)  # verify batches with drafts went through the graphs
+
+
+def test_short_prefills_replay_decode_graphs(tiny_llama, monkeypatch):
+    """Prefills within cuda_graph_max_extend_tokens run as decode rows through the graphs
+    (whole prompts, batched or alone); greedy outputs equal eager prefills."""
+    from radixlm.runtime.model_runner import ModelRunner
+
+    longest = []  # longest slice of every batch that went through the graphs
+    flat = ModelRunner._forward_flat_decode
+    monkeypatch.setattr(ModelRunner, "_forward_flat_decode",
+                        lambda self, b: longest.append(max(s.length for s in b.slices)) or flat(self, b))
+    big = dict(max_running_requests=128, cuda_graph_max_bs=128)  # graphs wide enough for the prompts
+    reference = _outputs(tiny_llama, force_torch=False, cuda_graph_max_extend_tokens=0, **big)
+    assert max(longest, default=0) <= 16  # 0: only short slices go through the graphs
+    longest.clear()
+    assert _outputs(tiny_llama, force_torch=False, **big) == reference
+    assert max(longest) > 16  # whole prompts went through the graphs
