@@ -110,14 +110,7 @@ class RadixCache(EvictionMixin, PrefixCache):
     def match_prefix(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> MatchResult:
         """See :meth:`PrefixCache.match_prefix`; ``token_ids`` may also be pre-packed
         (:func:`radixlm.radix.node.pack_ids`), ``end`` / ``hint`` as in :meth:`match_node`."""
-        ids = token_ids if type(token_ids) is list else as_ids(token_ids)
-        n = len(ids) if end is None else min(max(end, 0), len(ids))
-        n -= n % self.page_size
-        start = self._root if hint is None else self._resume_at(hint, n)
-        _, node, _ = self._walk(ids, start.end, n, start)
-        node.t = self._tick()  # NOTE: stamps the whole path (see TreeNode.last_access_time)
-        if node.parent is not None and not node.children:
-            self._lru_push(node)
+        node = self.match_node(token_ids, end, hint)
         return MatchResult(self._path_slots(node), node)
 
     def match_node(self, token_ids, end: int | None = None, hint: TreeNode | None = None) -> TreeNode:
@@ -128,10 +121,13 @@ class RadixCache(EvictionMixin, PrefixCache):
             token_ids: ``list[int]``, or an int64 ``np.ndarray`` packed once by the caller
                 (``pack_ids``; saves re-packing when the same ids are matched and inserted).
             end: match ``token_ids[:end]`` only (clamped to ``0..len``; no copy is made).
-            hint: a node returned by an earlier match of a prefix of these same token ids (the
-                caller guarantees the tokens did not change): the walk resumes there, or at its
-                deepest ancestor within ``end``, when it is still in the tree; else from the root.
-                The result and the effects are those of a match from the root.
+            hint: a node of this cache returned by an earlier match of a prefix of these same
+                token ids (the caller guarantees the tokens did not change): the walk resumes
+                there, or at its deepest ancestor within ``end``, when it is still in the tree;
+                else from the root. The result and the effects are those of a match from the root.
+
+        Returns:
+            The node where the match ends (the root for an empty match).
         """
         ids = token_ids if type(token_ids) is list else as_ids(token_ids)
         n = len(ids) if end is None else min(max(end, 0), len(ids))
