@@ -519,3 +519,27 @@ def test_noop_cache_frees_everything() -> None:
     p.cache.cache_finished_req(a)
     assert p.cache.evict(10) == 0 and p.cache.disabled
     p.idle_ok()
+
+
+def test_token_id_containers_match_alike() -> None:
+    """Lists, tuples, int64/int32 arrays, array.array and tensors give the same match and insert;
+    pack_ids returns a read-only int64 array and leaves the caller's array writable."""
+    import array
+
+    import numpy as np
+
+    alloc = TokenToKVPoolAllocator(64)
+    cache = RadixCache(alloc)
+    seq = [3, 1, 4, 1, 5, 9, 2, 6]
+    idx = alloc.alloc(8)
+    assert cache.insert(np.array(seq, dtype=np.int32), idx) == 0
+    own = np.array(seq[:6] + [0, 0], dtype=np.int64)
+    for ids in (seq[:6] + [0, 0], tuple(own), own, own.astype(np.int32), array.array("q", own),
+                torch.tensor(own), pack_ids(own)):
+        res = cache.match_prefix(ids)
+        assert res.indices.tolist() == idx[:6].tolist(), type(ids)
+    assert own.flags.writeable and not pack_ids(own).flags.writeable
+    assert pack_ids(seq).dtype == np.int64 and pack_ids(seq).tolist() == seq
+    with pytest.raises(ValueError):
+        cache.match_prefix(np.zeros((2, 2), dtype=np.int64))
+    assert cache.check_integrity() == []
