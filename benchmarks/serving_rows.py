@@ -6,6 +6,7 @@ Rows (``--rows``, comma separated):
     l8b_bs1      Llama-3.1-8B dims, one request at a time (ITL p50)
     l8b_gsp_on   shared prefix: 8 groups x 64 prompts, 2,048-token system prompt, cache on
     l8b_gsp_off  the same, ``--disable-radix-cache``
+    l8b_512_c2048  l8b_512 with ``--chunked-prefill-size 2048`` (ITL p99 vs TTFT of mixed batches)
     small_bs1    SmolLM2-135M dims, one request at a time
     small_2048   SmolLM2-135M dims, 2,048 requests 256 in / 256 out, all at once
 
@@ -32,7 +33,8 @@ ROWS = {
     "l8b_gsp_on": ("l8b", [], ["--dataset", "generated-shared-prefix", "--gsp-num-groups", "8",
                                "--gsp-prompts-per-group", "64", "--gsp-system-prompt-len", "2048",
                                "--gsp-question-len", "128", "--gsp-output-len", "256"]),
-    "l8b_gsp_off": ("l8b", ["--disable-radix-cache"], None),  # same load as l8b_gsp_on
+    "l8b_gsp_off": ("l8b", ["--disable-radix-cache"], "l8b_gsp_on"),  # same load, cache off
+    "l8b_512_c2048": ("l8b", ["--chunked-prefill-size", "2048"], "l8b_512"),  # smaller prefill chunks
     "small_bs1": ("small", [], ["--dataset", "random", "--num-prompts", "8", "--random-input-len", "256",
                                 "--random-output-len", "256", "--random-range-ratio", "1.0", "--max-concurrency", "1"]),
     "small_2048": ("small", [], ["--dataset", "random", "--num-prompts", "2048", "--random-input-len", "256",
@@ -63,7 +65,7 @@ def main() -> None:
             "small": (a.small_dir, [])}
     for name in a.rows.split(","):
         model, extra, load = ROWS[name]
-        load = load or ROWS[name.replace("_off", "_on")][2]
+        load = ROWS[load][2] if isinstance(load, str) else load
         path, model_args = dirs[model]
         t0 = time.perf_counter()
         server = ServerProcess(["--device", "cuda", "--model-path", path, "--load-format", "dummy",
