@@ -181,7 +181,7 @@ class Engine:
     def generate(
         self,
         prompt: str | list[str] | None = None,
-        sampling_params: dict | list[dict] | None = None,
+        sampling_params: dict | SamplingParams | list[dict | SamplingParams] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
         return_logprob: bool = False,
         logprob_start_len: int | None = None,
@@ -196,6 +196,8 @@ class Engine:
         Returns SGLang-native results ``{"text", "output_ids", "meta_info"}``: a dict for one
         prompt with ``n == 1``, otherwise a list (prompt-major, then the ``n`` samples). With
         ``stream=True`` returns an iterator of chunks with the cumulative ``text`` (one prompt only).
+        ``sampling_params``: a protocol dict (validated here) or a ``SamplingParams`` (already
+        validated, e.g. by the DSL: used as is), or one per prompt.
         ``cache_lease`` ``{"id": str, "ttl_s": float}``: lease the cached sequence when the request
         finishes (docs/server.md; :meth:`release_cache_lease`).
         Raises ``ValueError`` for invalid arguments or sampling params.

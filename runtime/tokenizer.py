@@ -61,10 +61,10 @@ def make_output(req: Req, tokenizer, return_text_in_logprobs: bool = False) -> d
     return {"text": detok.text if detok is not None else "", "output_ids": list(req.output_ids), "meta_info": meta}
 
 
-def encode_batch(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, as ``tokenizer.encode`` gives them (special tokens added), in one
-    call: a fast (Rust) HF tokenizer encodes the batch in parallel, outside the GIL. Raises what
-    the tokenizer raises (``TypeError``/``ValueError`` for text it refuses)."""
+def encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """Token ids of each text, as ``tokenizer.encode(text, add_special_tokens=...)`` gives them,
+    in one call: a fast (Rust) HF tokenizer encodes the batch in parallel, outside the GIL. Raises
+    what the tokenizer raises (``TypeError``/``ValueError`` for text it refuses)."""
     if len(texts) == 1 or not callable(tokenizer):
-        return [tokenizer.encode(t) for t in texts]
-    return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
+        return [tokenizer.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]]

@@ -24,13 +24,13 @@ class FakeTokenizer:
             raise ValueError("refused")
         return [ord(c) for c in text]
 
-    def encode(self, text):
-        self.calls.append(([text], threading.current_thread()))
-        return self._ids(text)
+    def encode(self, text, add_special_tokens=True):
+        self.calls.append(([text], threading.current_thread(), add_special_tokens))
+        return [1] * add_special_tokens + self._ids(text)
 
-    def __call__(self, texts):
-        self.calls.append((list(texts), threading.current_thread()))
-        return {"input_ids": [self._ids(t) for t in texts]}
+    def __call__(self, texts, add_special_tokens=True):
+        self.calls.append((list(texts), threading.current_thread(), add_special_tokens))
+        return {"input_ids": [[1] * add_special_tokens + self._ids(t) for t in texts]}
 
 
 def _batcher(tok):
@@ -52,7 +52,7 @@ def test_arrivals_together_are_one_call_off_the_loop():
         return reqs, outs
 
     reqs, outs = asyncio.run(main())
-    assert outs == [[[ord(c) for c in t] for t in r] for r in reqs]
+    assert outs == [[[1] + [ord(c) for c in t] for t in r] for r in reqs]
     assert len(tok.calls) == 1 and len(tok.calls[0][0]) == 11
     assert tok.calls[0][1] is not threading.main_thread()
 
@@ -66,7 +66,7 @@ def test_a_bad_text_fails_only_its_request():
                                     return_exceptions=True)
 
     good, bad, fine = asyncio.run(main())
-    assert good == [[111, 107]] and fine == [[102, 105, 110, 101]]
+    assert good == [[1, 111, 107]] and fine == [[1, 102, 105, 110, 101]]
     assert isinstance(bad, ValueError)
 
 
@@ -81,7 +81,7 @@ def test_later_arrivals_form_the_next_batch():
         return await first, await asyncio.gather(*rest)
 
     first, rest = asyncio.run(main())
-    assert first == [[97]] and rest == [[[98]], [[99]], [[100]]]
+    assert first == [[1, 97]] and rest == [[[1, 98]], [[1, 99]], [[1, 100]]]
     assert [c[0] for c in tok.calls] == [["a"], ["b", "c", "d"]]
 
 
@@ -91,9 +91,21 @@ def test_batch_encode_equals_encode(tiny_llama):
     tok = AutoTokenizer.from_pretrained(tiny_llama)
     texts = ["def f(x):", "", "hello world 🙂", "  spaces\n\ttabs"]
     assert encode_batch(tok, texts) == [tok.encode(t) for t in texts]
+    assert encode_batch(tok, texts, False) == [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
 @pytest.mark.parametrize("texts", [["only"], []])
 def test_small_batches(texts):
     tok = FakeTokenizer()
-    assert asyncio.run(_batcher(tok).encode(texts)) == [[ord(c) for c in t] for t in texts]
+    assert asyncio.run(_batcher(tok).encode(texts)) == [[1] + [ord(c) for c in t] for t in texts]
+
+
+def test_special_token_flags_are_separate_calls():
+    tok = FakeTokenizer()
+
+    async def main():
+        b = _batcher(tok)
+        return await asyncio.gather(b.encode(["a"]), b.encode(["b"], add_special_tokens=False), b.encode(["c"]))
+
+    assert asyncio.run(main()) == [[[1, 97]], [[98]], [[1, 99]]]
+    assert [(c[0], c[2]) for c in tok.calls] == [(["a", "c"], True), (["b"], False)]

@@ -254,7 +254,4 @@ async def _chat_prompt(tm: TokenizerManager, body: ChatCompletionRequest) -> lis
     if len(text) > cfg.max_template_chars:
         raise RequestError(f"the rendered chat template has {len(text)} characters; the limit is "
                            f"{cfg.max_template_chars}", param="chat_template_kwargs")
-    try:
-        return await tm.run_off_loop(lambda: tm.tokenizer.encode(text, add_special_tokens=False))
-    except (TypeError, ValueError, UnicodeError) as e:
-        raise RequestError(f"the messages cannot be tokenized: {e}", param="messages") from None
+    return (await tm.encode_many([text], add_special_tokens=False, param="messages"))[0]

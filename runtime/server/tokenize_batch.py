@@ -3,8 +3,9 @@
 Requests that arrive together are tokenized in one call of the tokenizer (HF fast tokenizers
 encode a list in parallel in Rust, outside the GIL) on a worker thread: the texts of every request
 that arrived in the same event-loop turn, or while the previous batch was being encoded, form the
-next batch. A batch ``/generate`` (a list of prompts) is one request of the batch, so its prompts
-are always tokenized in one call.
+next batch (texts with and without special tokens, e.g. rendered chat prompts, go in separate
+calls). A batch ``/generate`` (a list of prompts) is one request of the batch, so its prompts are
+always tokenized in one call.
 """
 
 from __future__ import annotations
@@ -27,17 +28,18 @@ class TokenizeBatcher:
 
     def __init__(self, tokenizer: Any, run_off_loop: Callable, max_batch_texts: int = 4096) -> None:
         self.tokenizer, self._run, self.max_batch_texts = tokenizer, run_off_loop, max_batch_texts
-        self._queue: list[tuple[list[str], asyncio.Future]] = []
+        self._queue: list[tuple[list[str], bool, asyncio.Future]] = []
         self._draining = False
         self.calls = 0  # tokenizer calls made (for tests and metrics)
 
-    async def encode(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each of ``texts`` (as ``tokenizer.encode``). Raises what the tokenizer
-        raises for these texts (an error in another request's text does not reach this one)."""
+    async def encode(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        """Token ids of each of ``texts`` (as ``tokenizer.encode(text, add_special_tokens=...)``).
+        Raises what the tokenizer raises for these texts (an error in another request's text does
+        not reach this one)."""
         if not texts:
             return []
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append((list(texts), fut))
+        self._queue.append((list(texts), bool(add_special_tokens), fut))
         if not self._draining:
             self._draining = True
             asyncio.get_running_loop().create_task(self._drain())  # NOTE: runs after this turn's arrivals
@@ -46,28 +48,33 @@ class TokenizeBatcher:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                batch, size = [], 0
-                while self._queue and (not batch or size + len(self._queue[0][0]) <= self.max_batch_texts):
-                    batch.append(self._queue.pop(0))
-                    size += len(batch[-1][0])
-                await self._encode_batch(batch)
+                special = self._queue[0][1]
+                batch, rest, size = [], [], 0
+                for item in self._queue:  # NOTE: same flag, up to max_batch_texts; the rest waits
+                    if item[1] == special and (not batch or size + len(item[0]) <= self.max_batch_texts):
+                        batch.append(item)
+                        size += len(item[0])
+                    else:
+                        rest.append(item)
+                self._queue = rest
+                await self._encode_batch(batch, special)
         finally:
             self._draining = False
 
-    async def _encode_batch(self, batch: list[tuple[list[str], asyncio.Future]]) -> None:
-        texts = [t for ts, _ in batch for t in ts]
+    async def _encode_batch(self, batch: list[tuple[list[str], bool, asyncio.Future]], special: bool) -> None:
+        texts = [t for ts, _, _ in batch for t in ts]
         try:
             self.calls += 1
-            ids = await self._run(encode_batch, self.tokenizer, texts)
+            ids = await self._run(encode_batch, self.tokenizer, texts, special)
         except Exception as e:
             if len(batch) > 1:  # NOTE: one request's bad text must not fail the others: each alone
                 for item in batch:
-                    await self._encode_batch([item])
-            elif not batch[0][1].done():
-                batch[0][1].set_exception(e)
+                    await self._encode_batch([item], special)
+            elif not batch[0][2].done():
+                batch[0][2].set_exception(e)
             return
         start = 0
-        for ts, fut in batch:
+        for ts, _, fut in batch:
             if not fut.done():
                 fut.set_result(ids[start:start + len(ts)])
             start += len(ts)

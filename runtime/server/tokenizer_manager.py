@@ -206,14 +206,14 @@ class TokenizerManager:
         RequestError(400) for text the tokenizer refuses."""
         return (await self.encode_many([text]))[0]
 
-    async def encode_many(self, texts: list[str]) -> list[list[int]]:
+    async def encode_many(self, texts: list[str], add_special_tokens: bool = True, param: str = "text") -> list[list[int]]:
         """Tokenize ``texts`` (one request's prompts) in one tokenizer call shared with the
         requests arriving alongside (:class:`~radixlm.runtime.server.tokenize_batch.TokenizeBatcher`),
-        off the event loop. Raises RequestError(400) for text the tokenizer refuses."""
+        off the event loop. Raises RequestError(400, ``param``) for text the tokenizer refuses."""
         try:
-            return await self.batcher.encode(texts)
+            return await self.batcher.encode(texts, add_special_tokens)
         except (TypeError, ValueError, UnicodeError) as e:
-            raise RequestError(f"the text cannot be tokenized: {e}", param="text") from None
+            raise RequestError(f"the {param} cannot be tokenized: {e}", param=param) from None
 
     def num_queued(self) -> int:
         return sum(1 for s in self.states.values() if not s.started)
