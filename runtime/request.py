@@ -148,7 +148,8 @@ def build_req(rid: str, input_ids: list[int], sampling_params: Any, *, sample: i
     from radixlm.radix.lease import lease_spec
 
     req = Req(rid=rid, origin_input_ids=list(input_ids), sampling_params=sampling_params,
-              return_logprob=bool(return_logprob), logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
+              return_logprob=bool(return_logprob),
+              logprob_start_len=-1 if logprob_start_len is None else logprob_start_len,
               top_logprobs_num=top_logprobs_num or 0, cache_lease=lease_spec(cache_lease), detok_init=detok_init)
     if sampling_params.seed is not None:
         from radixlm.runtime.sampler import make_generator

@@ -200,7 +200,8 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         """The protocol dict of the fields that differ from their defaults (for JSON bodies)."""
         default = _default()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)}
 
     @property
     def is_greedy(self) -> bool:

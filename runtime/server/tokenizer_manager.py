@@ -206,7 +206,8 @@ class TokenizerManager:
         RequestError(400) for text the tokenizer refuses."""
         return (await self.encode_many([text]))[0]
 
-    async def encode_many(self, texts: list[str], add_special_tokens: bool = True, param: str = "text") -> list[list[int]]:
+    async def encode_many(self, texts: list[str], add_special_tokens: bool = True,
+                          param: str = "text") -> list[list[int]]:
         """Tokenize ``texts`` (one request's prompts) in one tokenizer call shared with the
         requests arriving alongside (:class:`~radixlm.runtime.server.tokenize_batch.TokenizeBatcher`),
         off the event loop. Raises RequestError(400, ``param``) for text the tokenizer refuses."""
