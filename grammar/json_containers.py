@@ -17,15 +17,19 @@ from radixlm.grammar.json_scalars import content_dfa
 
 # NOTE: an unspecified additionalProperties (JSON Schema: any undeclared key is allowed) lets any
 # undeclared key follow the declared ones, its value any JSON value (in a single-DFA schema with
-# arrays / objects nested at most EXTRA_DEPTH levels: a sound restriction). RADIXLM_JSON_EXTRAS=0
+# arrays / objects nested at most EXTRA_DEPTH_ROOT levels in an outermost object, EXTRA_DEPTH in
+# the objects inside it: a sound restriction; the automaton of a value doubles with each level, and
+# the outermost object is converted once while inner ones may be many). RADIXLM_JSON_EXTRAS=0
 # restores the strict mode of constrained decoding (no undeclared keys unless allowed explicitly).
 IMPLICIT = "x-implicit-additional"
 EXTRA_DEPTH = 1
+EXTRA_DEPTH_ROOT = 3
 # Declared properties may come in any order (JSON Schema does not constrain it) when the automaton
-# of all orders stays small: at most ANY_ORDER_MAX properties, ANY_ORDER_BUDGET fragments, and the
-# in-order paths (precomputed masks) at most ANY_ORDER_HOT times the schema-order object (see
-# ``_any_order``). Larger objects keep schema order (a sound restriction).
-ANY_ORDER_MAX = 3
+# of all orders stays small: at most ANY_ORDER_MAX properties and ANY_ORDER_BUDGET fragments beyond
+# the schema-order object; schema-order paths keep precomputed masks up to ANY_ORDER_HOT times the
+# schema-order object, the rest are cold (see ``_any_order``). Larger objects keep schema order (a
+# sound restriction).
+ANY_ORDER_MAX = 4
 ANY_ORDER_BUDGET = 8_000
 ANY_ORDER_HOT = 1.5
 _EXTRA_VALUES: dict[tuple, Node] = {}
@@ -50,6 +54,7 @@ class ContainerMixin:
     comma: Node
     colon: Node
     inner: Node
+    obj_depth: int
 
     def array(self, s: dict) -> Node:
         items = s.get("items")
@@ -142,25 +147,34 @@ class ContainerMixin:
                 key = product(key, names_dfa, "and")
             if not key.start:
                 continue
-            value = self.extra_value() if value_schema is IMPLICIT else self.node(value_schema)
+            if value_schema is IMPLICIT:
+                value = self.extra_value()
+            else:
+                depth = self.obj_depth
+                self.obj_depth = depth + 1  # NOTE: objects in the value are inner objects
+                try:
+                    value = self.node(value_schema)
+                finally:
+                    self.obj_depth = depth
             if value != NOTHING:
                 out.append(cat(("dfa", key), self.colon, value))
         return alt(*out)
 
     def extra_value(self) -> Node:
-        """The value of an implicit additional property (see ``IMPLICIT``)."""
+        """The value of an implicit additional property (see ``IMPLICIT``): any JSON value, in a
+        single-DFA schema nested at most ``EXTRA_DEPTH_ROOT`` levels in an outermost object and
+        ``EXTRA_DEPTH`` in the objects inside it."""
         if self.grammar_mode:
             return self.any_value()
-        if self._extra is None:
-            key = (self.comma, self.colon, self.inner, EXTRA_DEPTH)
-            got = _EXTRA_VALUES.get(key)
-            if got is None:  # NOTE: the same automaton for every schema with these separators
-                inner: Node | None = None
-                for _ in range(EXTRA_DEPTH + 1):
-                    inner = ("dfa", minimize(dfa_from_ast(self._any(inner))))
-                got = _EXTRA_VALUES[key] = inner
-            self._extra = got
-        return self._extra
+        levels = EXTRA_DEPTH_ROOT if self.obj_depth == 0 else EXTRA_DEPTH
+        key = (self.comma, self.colon, self.inner, levels)
+        got = _EXTRA_VALUES.get(key)
+        if got is None:  # NOTE: the same automaton for every schema with these separators
+            inner: Node | None = None
+            for _ in range(levels + 1):
+                inner = ("dfa", minimize(dfa_from_ast(self._any(inner))))
+            got = _EXTRA_VALUES[key] = inner
+        return got
 
     def object(self, s: dict) -> Node:
         props = dict(s.get("properties", {}))
@@ -184,8 +198,14 @@ class ContainerMixin:
         hi_p = s.get("maxProperties")
         hi_p = None if hi_p is None else int(hi_p)
         entries = []
-        for k, v in props.items():
-            node = NOTHING if v is False else self.node(v)
+        depth = self.obj_depth
+        self.obj_depth = depth + 1
+        try:
+            values = {k: NOTHING if v is False else self.node(v) for k, v in props.items()}
+        finally:
+            self.obj_depth = depth
+        for k in props:
+            node = values[k]
             if names is not None and node != NOTHING:
                 key_dfa = dfa_from_ast(string_literal(k))
                 if not product(key_dfa, dfa_from_ast(self.node(names)), "and").start:
@@ -259,21 +279,17 @@ class ContainerMixin:
         order, each at most once, every required one present, then the undeclared pairs
         (``extras(count, first)``). One automaton state per set of emitted properties (a
         ``share`` per set), so the size grows as ``2^n``: None (keep schema order) past
-        ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` fragments, or with one property."""
+        ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` added fragments, or with one
+        property. Pairs out of schema order, or after a skipped required entry or more than
+        ``_hot_skips`` skipped optional ones, are cold."""
         n = len(entries)
         if n < 2 or n > ANY_ORDER_MAX:
             return None
         sizes = [self.walk.size(kv) for kv, _ in entries]
-        if sum(sizes) * (1 << (n - 1)) > ANY_ORDER_BUDGET:
-            return None
-        # in schema order, entry i follows any subset of the optional entries before it
-        hot, optional = 0, 0
-        for size, (_, req) in zip(sizes, entries):
-            hot += size << optional
-            optional += not req
-        if hot > ANY_ORDER_HOT * sum(sizes):
+        if sum(sizes) * ((1 << (n - 1)) - 1) > ANY_ORDER_BUDGET:  # the copies beyond schema order
             return None
         need = sum(1 << i for i, (_, req) in enumerate(entries) if req)
+        skips = _hot_skips(sizes, [req for _, req in entries])
         memo: dict[int, Node] = {}
 
         def after(done: int) -> Node:  # the rest of the body once the entries in ``done`` are out
@@ -286,8 +302,10 @@ class ContainerMixin:
                 for i, (kv, _) in enumerate(entries):
                     if not done >> i & 1:
                         pair = kv if done == 0 else cat(self.comma, kv)
-                        if done >> i:  # NOTE: out of schema order: masks on first visit
-                            pair = cold(pair)
+                        earlier = (1 << i) - 1
+                        missed = earlier & ~done
+                        if done >> i or missed & need or bin(missed).count("1") > skips:
+                            pair = cold(pair)  # NOTE: out of schema order (or rare): masks on first visit
                         options.append(cat(pair, after(done | 1 << i)))
             if done & need == need:
                 options.append(extras(count, done == 0))
@@ -297,3 +315,23 @@ class ContainerMixin:
             return out
 
         return after(0)
+
+
+def _hot_skips(sizes: list[int], required: list[bool]) -> int:
+    """How many skipped optional properties a schema-order path may have and keep precomputed
+    masks: the largest ``k`` whose hot copies (entry ``i`` after every earlier required entry and
+    all but at most ``k`` of the earlier optional ones) stay within ``ANY_ORDER_HOT`` times the
+    schema-order object."""
+    from math import comb
+
+    limit = ANY_ORDER_HOT * sum(sizes)
+    best = 0
+    for k in range(1, len(sizes)):
+        hot, optional = 0, 0
+        for size, req in zip(sizes, required):
+            hot += size * sum(comb(optional, j) for j in range(min(k, optional) + 1))
+            optional += not req
+        if hot > limit:
+            break
+        best = k
+    return best

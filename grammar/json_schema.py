@@ -76,7 +76,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
         self.uid = itertools.count()
         self.merges = 0
         self.done: dict[str, Node] = {}
-        self._extra: Node | None = None
+        self.obj_depth = 0  # objects around the one being converted (see ``extra_value``)
         self.walk = Walk()
 
     # --- entry points -------------------------------------------------------------------------

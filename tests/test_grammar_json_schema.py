@@ -162,7 +162,7 @@ def test_invalid_schema_text() -> None:
 
 def test_implicit_additional_properties(monkeypatch: pytest.MonkeyPatch) -> None:
     """An unspecified additionalProperties allows undeclared keys (with values nested at most
-    EXTRA_DEPTH levels); never a declared key twice or with a wrong value. RADIXLM_JSON_EXTRAS=0
+    EXTRA_DEPTH_ROOT levels in the outermost object); never a declared key twice or with a wrong value. RADIXLM_JSON_EXTRAS=0
     (``IMPLICIT_EXTRAS`` False) is the strict mode: no undeclared key."""
     from radixlm.grammar import json_containers
 
@@ -171,7 +171,7 @@ def test_implicit_additional_properties(monkeypatch: pytest.MonkeyPatch) -> None
                   {"name": "x", "nam": 1, "names": 2, "ag": 3}, {"age": 2, "name": "x", "e": None}]:
         assert rec(json.dumps(value)), value
     for value in [{"extra": 1}, {"name": "x", "age": "y"}, {"name": "x", "name ": 1, "age": "y"},
-                  {"name": "x", "x": [[[1]]]}, {"extra": 1, "age": 1}]:
+                  {"name": "x", "x": [[[[[1]]]]]}, {"extra": 1, "age": 1}]:
         assert not rec(json.dumps(value)), value
     assert not rec('{"name": "x", "name": "y"}')
     assert not rec('{"x": 1, "name": "x", "name": "y"}')

@@ -60,6 +60,40 @@ def test_object_table(name: str, schema: dict, good: list, bad: list) -> None:
         assert not accepts(text), (name, text)
 
 
+FOUR = {"type": "object", "properties": {"a": S, "b": I, "c": {"type": "boolean"}, "d": {"type": "null"}},
+        "required": ["b", "d"]}
+MORE_CASES = [
+    ("four properties in any order", FOUR,
+     [{"d": None, "b": 1}, {"c": True, "d": None, "a": "x", "b": 2}, {"b": 1, "d": None, "a": ""}],
+     [{"a": "x", "b": 1}, {"d": None, "c": True}, R('{"d": null, "b": 1, "d": null}'),
+      R('{"c": true, "b": 1, "c": false, "d": null}'), {"d": 1, "b": 1}]),
+    ("two large values in any order", {"type": "object", "required": ["p", "q"], "properties": {
+        "p": THREE, "q": {"type": "array", "items": THREE}}},
+     [{"q": [{"b": 1, "a": "x"}], "p": {"a": "y", "b": 2}}],
+     [{"q": [{"b": 1}], "p": {"a": "y", "b": 2}}, {"q": [], "p": {"a": "y"}}]),
+    ("outermost object: undeclared values nested three levels", THREE,
+     [{"a": "x", "b": 1, "links": [{"href": "/x", "rel": ["self"]}]}, {"b": 1, "a": "x", "f": {"g": {"h": [1]}}}],
+     [{"a": "x", "b": 1, "links": [{"href": 1, "a": "x"}], "c": 2}, R('{"a": "x", "b": 1, "f": {"g": {"h": [1}}}'),
+      R('{"a": "x", "b": 1, "f": {"g": 1}, "a": "y"}')]),
+    ("inner object: undeclared values nested one level", {"type": "object", "properties": {"p": THREE}},
+     [{"p": {"a": "x", "b": 1, "z": [1, {}]}}], [{"p": {"a": "x", "b": 1, "z": 1, "c": "no"}}]),
+]
+
+
+@pytest.mark.parametrize("name,schema,good,bad", MORE_CASES, ids=[c[0] for c in MORE_CASES])
+def test_object_table_more(name: str, schema: dict, good: list, bad: list) -> None:
+    test_object_table(name, schema, good, bad)
+
+
+def test_hot_skips_bound_precomputed_paths() -> None:
+    """Schema-order paths that skip optional properties keep precomputed masks only while their
+    copies stay within ANY_ORDER_HOT times the object (the rest are cold: same language)."""
+    assert json_containers._hot_skips([30, 30, 30, 30], [False] * 4) == 0
+    assert json_containers._hot_skips([30, 30], [True, True]) == 1
+    assert json_containers._hot_skips([100, 10, 10], [False, True, True]) >= 1
+    assert json_containers._hot_skips([10, 10, 100], [False, True, True]) == 0
+
+
 def test_large_objects_keep_schema_order() -> None:
     """Past ANY_ORDER_MAX properties the automaton of all orders is too large: schema order (a
     sound restriction), extras still allowed after the declared properties."""
