@@ -50,6 +50,8 @@ class PrefillAdmission:
         if not self.waiting and self.chunked_req is None and not jumped:
             return None
         budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
+        if self.args.enable_mixed_chunk and self.running:  # NOTE: running decodes wait for this chunk
+            budget = min(budget, self.args.mixed_chunk_size)
         slices: list[ReqSlice] = []
         admitted: list[Req] = []
         for req in jumped:  # jump-forward tokens of running requests are prefilled first

@@ -47,6 +47,11 @@ class ServerArgs:
             graph; ``0``: only the short slices.
         enable_mixed_chunk: mixed batches: a prefill chunk and one decode token of every running
             request share one forward, so arrivals do not stall decoding (default on).
+        mixed_chunk_size: most prefill tokens of a mixed batch (default 2048): every running
+            request's next token waits for its forward, so this bounds ITL while prompts arrive;
+            ``chunked_prefill_size`` applies when nothing is decoding. H200, Llama-3.1-8B dims,
+            512 x 1024/256: 8,192-token mixed chunks gave ITL p99 199 ms, 2,048 gave 63 ms at 2%
+            longer duration.
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
             text is kept verbatim, see docs/grammar.md for the retokenization rule). ``None``
             (default): on for CPU, off when the device resolves to CUDA, where the forced tokens'
@@ -95,6 +100,7 @@ class ServerArgs:
     cuda_graph_max_bs: int | None = None
     cuda_graph_max_extend_tokens: int | None = 256
     enable_mixed_chunk: bool = True
+    mixed_chunk_size: int = 2048
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
     speculative_algorithm: str | None = None
     speculative_num_draft_tokens: int = 4
@@ -120,8 +126,8 @@ class ServerArgs:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:
             raise ValueError("mem_fraction_static must be in (0, 1)")
-        for name in ("chunked_prefill_size", "max_prefill_tokens", "max_running_requests", "page_size",
-                     "cuda_graph_max_bs"):
+        for name in ("chunked_prefill_size", "mixed_chunk_size", "max_prefill_tokens", "max_running_requests",
+                     "page_size", "cuda_graph_max_bs"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.cuda_graph_max_extend_tokens is not None and self.cuda_graph_max_extend_tokens < 0:

@@ -165,3 +165,22 @@ def test_admission_is_skipped_while_every_waiting_grammar_compiles(tiny_llama, m
     compiling.set_exception(ValueError("unsupported keyword"))
     sched.step()
     assert calls and blocked.finished and "invalid grammar" in blocked.finish_reason["message"]
+
+
+def test_mixed_batches_cap_the_prefill_chunk_while_requests_decode(tiny_llama, alone):
+    """While requests decode, a prompt is prefilled in mixed_chunk_size pieces (each running
+    request's next token waits for that forward); alone, it takes chunked_prefill_size pieces.
+    Outputs stay those of running alone."""
+    sched = make_scheduler(tiny_llama, mixed_chunk_size=4, chunked_prefill_size=64)
+    longest = max(range(len(SNIPPETS)), key=lambda i: len(SNIPPETS[i]))
+    first, late = make_req(sched, 0, SNIPPETS[0]), make_req(sched, longest, SNIPPETS[longest])
+    assert len(late.origin_input_ids) > 8
+    sched.add_request(first)
+    sched.step()  # request 0 alone: its whole prompt in one chunk
+    assert first.kv_len == len(first.origin_input_ids)
+    sched.add_request(late)
+    sched.step()  # mixed: 4 prompt tokens of the late request + request 0's decode token
+    assert late.kv_len == 4 and sched.stats.num_mixed_batches == 1
+    while sched.has_work():
+        sched.step()
+    assert [first.output_ids, late.output_ids] == [alone[0], alone[longest]]
