@@ -3,6 +3,7 @@
 # decoding through the server on Llama-3.1-8B dims (dummy weights) with the DeepSeek-LLM tokenizer.
 # Needs .whl/ (benchmarks/device_prepare.sh) and the tokenizer copied to .device/deepseek-llm.
 # Usage: bash benchmarks/h200_constrained.sh OUT_DIR [tests|bench|overlap|all]
+# (bench: the server's defaults, two passes; overlap: the same with overlap scheduling off)
 set -uo pipefail
 OUT=${1:-benchmarks/out}; PART=${2:-all}
 mkdir -p "$OUT"
@@ -16,8 +17,8 @@ if [[ $PART == tests || $PART == all ]]; then
     tests/test_gpu_engine.py 2>&1 | tail -15
 fi
 if [[ $PART == bench || $PART == all ]]; then
-  $BENCH --output-file "$OUT/constrained_h200.md" 2>&1 | grep -v -i warn | tail -25
+  $BENCH --passes 2 --output-file "$OUT/constrained_h200.md" 2>&1 | grep -v -i warn | tail -25
 fi
 if [[ $PART == overlap || $PART == all ]]; then
-  $BENCH --overlap --output-file "$OUT/constrained_h200.md" 2>&1 | grep -v -i warn | tail -25
+  $BENCH --overlap off --output-file "$OUT/constrained_h200.md" 2>&1 | grep -v -i warn | tail -25
 fi
