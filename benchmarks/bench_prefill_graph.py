@@ -18,25 +18,22 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_dims import add_model_args, model_dir  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None)
-    ap.add_argument("--config-dir", default=None)
+    add_model_args(ap)
     ap.add_argument("--lengths", default="32,128,256,512")
     ap.add_argument("--settings", default="0,default", help="cuda_graph_max_extend_tokens values ('default': None)")
     ap.add_argument("--repeats", type=int, default=10)
     a = ap.parse_args()
-    if (a.write_config is None) == (a.config_dir is None):
-        ap.error("pass exactly one of --write-config and --config-dir")
-    sys.path.insert(0, os.path.dirname(__file__))
-    from bench_offline import write_config
-
     import torch
 
     from radixlm.runtime.engine import Engine
 
-    path = write_config(*a.write_config) if a.write_config else a.config_dir
+    path, name = model_dir(ap, a)
     lengths = [int(x) for x in a.lengths.split(",")]
     rng = random.Random(0)
     system = [rng.randrange(100, 30000) for _ in range(256)]
@@ -59,7 +56,6 @@ def main() -> None:
                             times.append(time.perf_counter() - t0)
                     rows.append((setting, "256 cached + " if cached else "", n, statistics.median(times)))
         torch.cuda.empty_cache()
-    name = a.write_config[0] if a.write_config else os.path.basename(os.path.normpath(path))
     print(f"{name} dims, batch 1, {torch.cuda.get_device_name()}, median of {a.repeats}")
     print("| cuda_graph_max_extend_tokens | prompt | TTFT ms |\n|---|---|---:|")
     for setting, prefix, n, t in rows:

@@ -14,25 +14,22 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_dims import add_model_args, model_dir, replay_ms  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None)
-    ap.add_argument("--config-dir", default=None, help="a model folder with config.json (dummy weights)")
+    add_model_args(ap)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--drafts", default="2,4,8")
     ap.add_argument("--iters", type=int, default=50)
     a = ap.parse_args()
-    sys.path.insert(0, os.path.dirname(__file__))
-    from bench_offline import write_config
 
     from radixlm.runtime.model_runner import ModelRunner
     from radixlm.runtime.server_args import ServerArgs
 
-    if (a.write_config is None) == (a.config_dir is None):
-        ap.error("pass exactly one of --write-config and --config-dir")
-    path = write_config(*a.write_config) if a.write_config else a.config_dir
-    name = a.write_config[0] if a.write_config else os.path.basename(os.path.normpath(path))
+    path, name = model_dir(ap, a)
     args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=a.context + 64,
                       max_total_tokens=a.context + 64, max_running_requests=16, cuda_graph_max_bs=16)
     runner = ModelRunner(args, path, [0])
@@ -41,30 +38,20 @@ def main() -> None:
     slots = runner.allocator.alloc(a.context + 16)
     runner.req_to_token_pool.write(row, 0, slots)
 
-    def replay_ms(n: int) -> float:
+    def step_ms(n: int) -> float:
         g.req_pool_indices[:n].fill_(row)
         g.seq_lens[:n].copy_(torch.arange(a.context - n + 1, a.context + 1, device="cuda"))
         g.positions[:n].copy_(g.seq_lens[:n] - 1)
         g.out_cache_loc[:n].copy_(slots[a.context - n : a.context])
-        graph = g.graphs[n]
-        for _ in range(5):
-            graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(a.iters):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / a.iters
+        return replay_ms(g.graphs[n], a.iters)
 
-    base = replay_ms(1)
+    base = step_ms(1)
     print(f"{name} dims, context {a.context}, {torch.cuda.get_device_name()}")
     print("| step | rows | ms | vs decode |\n|---|---|---|---|")
     print(f"| decode | 1 | {base:.3f} | 1.00x |")
     for k in map(int, a.drafts.split(",")):
         n = next(s for s in g.sizes if s >= k + 1)
-        ms = replay_ms(n)
+        ms = step_ms(n)
         print(f"| verify k={k} | {k + 1} (graph {n}) | {ms:.3f} | {ms / base:.2f}x |")
 
 

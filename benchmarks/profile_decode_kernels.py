@@ -18,25 +18,22 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_dims import add_model_args, model_dir, replay_ms  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write-config", nargs=2, metavar=("NAME", "DIR"), default=None)
-    ap.add_argument("--config-dir", default=None, help="a model folder with config.json")
+    add_model_args(ap)
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
-    if (a.write_config is None) == (a.config_dir is None):
-        ap.error("pass exactly one of --write-config and --config-dir")
-    sys.path.insert(0, os.path.dirname(__file__))
-    from bench_offline import write_config
-
     from radixlm.runtime.model_runner import ModelRunner
     from radixlm.runtime.server_args import ServerArgs
 
-    path = write_config(*a.write_config) if a.write_config else a.config_dir
+    path, name = model_dir(ap, a)
     bs, ctx = a.batch_size, a.context
     args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=ctx + 64,
                       max_total_tokens=bs * (ctx + 16), max_running_requests=max(bs, 16), cuda_graph_max_bs=max(bs, 16))
@@ -52,16 +49,7 @@ def main() -> None:
     g.seq_lens[:bs].fill_(ctx + 1)
     g.positions[:bs].fill_(ctx)
     graph = g.graphs[n]
-    for _ in range(10):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(a.iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    step_ms = start.elapsed_time(end) / a.iters
+    step_ms = replay_ms(graph, a.iters, warmup=10)
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -77,7 +65,6 @@ def main() -> None:
         rows[e.name] = (t + e.device_time, c + 1)
     total = sum(t for t, _ in rows.values()) / a.iters
     launches = sum(c for _, c in rows.values()) / a.iters
-    name = a.write_config[0] if a.write_config else os.path.basename(os.path.normpath(path))
     print(f"{name} dims, batch {bs} (graph {n}), context {ctx}, {torch.cuda.get_device_name()}, "
           f"{runner.cfg.num_hidden_layers} layers")
     print(f"step (CUDA events): {step_ms * 1000:.1f} us; sum of kernel times {total:.1f} us; "
