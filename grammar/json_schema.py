@@ -4,13 +4,20 @@ Output conventions (what a constrained model may write):
 - Whitespace: by default the separators of ``json.dumps`` (``", "`` / ``": "``) or compact ones
   (``","`` / ``":"``), nothing else; ``any_whitespace=True`` allows up to ``MAX_WS`` JSON
   whitespace characters at every token boundary.
-- Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (3) of
+- Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (4) of
   them and the automaton of all orders stays small, else in schema order (a sound restriction);
   each at most once, every required one present. Undeclared properties follow the declared ones:
-  allowed when ``additionalProperties`` is absent (JSON Schema semantics; values nested at most
-  ``EXTRA_DEPTH`` levels in a single-DFA schema; ``RADIXLM_JSON_EXTRAS=0``: none, the "strict"
-  mode of constrained decoding), ``true`` or a schema; their keys are written as ``json.dumps``
-  does, so a declared key never comes back under another spelling (:mod:`.json_containers`).
+  allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
+  values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
+  (1) in inner ones; ``RADIXLM_JSON_EXTRAS=0``: none, the "strict" mode of constrained decoding),
+  ``true`` or a schema; their keys are written as ``json.dumps`` does, so a declared key never
+  comes back under another spelling (:mod:`.json_containers`).
+- ``not``: rewritten into positive keywords where an exact form exists
+  (:mod:`radixlm.grammar.schema_not`); otherwise, where the schema enumerates its values
+  (``enum`` / ``const``), the values are filtered by a validator (exact); else a compile error
+  naming the keyword. Unknown keywords constrain nothing (also under ``not`` and in ``allOf``).
+- ``oneOf`` branches are exclusive when proven disjoint over what each branch may accept (not what
+  the converter emits for it); else narrowed (see below).
 - Strings use the encodings ``json.dumps`` produces (raw UTF-8 or ``\\uXXXX``).
 - Bounded numbers are plain decimals (no exponent).
 - A value with no constraints (``{}`` / ``true``) is any JSON value (a recursive rule, so such
