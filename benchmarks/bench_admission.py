@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_radix import load_baseline  # noqa: E402  (same directory)
+from baseline_tree import load_baseline  # noqa: E402  (same directory)
 
 from radixlm.runtime.memory import ReqToTokenPool, TokenToKVPoolAllocator  # noqa: E402
 from radixlm.runtime.request import Req  # noqa: E402
