@@ -399,7 +399,7 @@ def _coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
     return live
 
 
-MEMO_HASH_LIMIT = 200_000
+MEMO_HASH_LIMIT = 5_000  # NOTE: hashing a tuple tree costs ~20 ns a node, every lookup
 
 
 def _tree_size(node: Node, seen: dict[int, int]) -> int:
