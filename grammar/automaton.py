@@ -263,6 +263,7 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     rows: list[list[tuple[int, int, int]]] = []
     accept = [False]
     k = 0
+    work = 0  # NOTE: budget units: set members and edges handled (a large subset costs more)
     while k < len(order):
         cur = order[k]
         k += 1
@@ -271,6 +272,11 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
             edges = row_of(next(iter(cur)))
         else:
             edges = _disjoint([e for i in cur for e in row_of(i)])
+            work += sum(map(len, (e[2] for e in edges)))
+        work += len(cur) + 2 * len(edges)
+        if work > 4096:
+            check_budget("determinizing an automaton", work)
+            work = 0
         row: list[tuple[int, int, int]] = []
         for lo, hi, tgt in edges:
             d = ids.get(tgt)
@@ -279,8 +285,6 @@ def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
                 order.append(tgt)
                 if len(order) > MAX_DFA_STATES:
                     raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
-                if not len(order) & 255:
-                    check_budget("determinizing an automaton", 256 * 8)
             row.append((lo, hi, d))
         rows.append(row)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
