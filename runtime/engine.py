@@ -1,5 +1,7 @@
 """``radixlm.Engine``: the in-process runtime (no HTTP). A background thread runs the same
-scheduler the server uses; ``generate`` tokenizes, submits, and shapes SGLang-native results."""
+scheduler and the same loop (``runtime/scheduler_loop.py``) the server uses; ``generate``
+tokenizes, builds the requests (``runtime/request.py`` ``build_req``), submits, and shapes
+SGLang-native results."""
 
 from __future__ import annotations
 

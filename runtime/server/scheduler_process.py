@@ -1,5 +1,6 @@
-"""The scheduler process: receives tokenized requests, runs ``Scheduler.step()`` in a loop and
-pushes one :class:`BatchTokenIDOut` per step to the detokenizer.
+"""The scheduler process: receives tokenized requests, runs ``Scheduler.step()`` in the shared
+loop (:func:`~radixlm.runtime.scheduler_loop.run_scheduler_loop`, as the in-process Engine does)
+and pushes one :class:`BatchTokenIDOut` per step to the detokenizer.
 
 Under tensor parallelism there is one scheduler process per rank (:mod:`radixlm.runtime.tp_worker`):
 rank 0 owns the sockets and broadcasts the messages it received before each step; the other ranks
