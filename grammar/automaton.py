@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.ast import Node
+from radixlm.grammar.byte_dfa import ByteDFA, trim as _trim  # noqa: F401 (re-exported)
 from radixlm.grammar.trie import expand
 from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
 from radixlm.grammar.utf8 import utf8_sequences
@@ -153,71 +153,6 @@ class _NFA:
         return s, end
 
 
-@dataclass(eq=False)
-class ByteDFA:
-    """Deterministic automaton over bytes.
-
-    Attributes:
-        trans: int32 ``[n_states, 256]``; state 0 is dead.
-        accept: bool ``[n_states]``.
-        start: the initial state (1, or 0 when the language is empty).
-    """
-
-    trans: np.ndarray
-    accept: np.ndarray
-    start: int
-    _rows: list[list[int]] | None = field(default=None, repr=False)
-    _runs: list[list[tuple[int, int, int]]] | None = field(default=None, repr=False)
-    hot: np.ndarray | None = None  # bool [n_states]: reachable without a cold branch (None: all)
-
-    @property
-    def n_states(self) -> int:
-        return int(self.trans.shape[0])
-
-    def step(self, state: int, data: bytes) -> int:
-        """State after ``data`` (0 once dead)."""
-        rows = self.rows
-        for b in data:
-            state = rows[state][b]
-            if state == 0:
-                return 0
-        return state
-
-    @property
-    def rows(self) -> list[list[int]]:
-        if self._rows is None:
-            self._rows = self.trans.tolist()
-        return self._rows
-
-    def runs(self) -> list[list[tuple[int, int, int]]]:
-        """Per state, its transitions as byte runs ``(lo, hi, target)`` with one live target each
-        (state 0 and dead runs left out); computed once per DFA."""
-        got = self._runs
-        if got is None:
-            trans = self.trans
-            change = np.ones(trans.shape, dtype=bool)
-            change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-            src, lo = np.nonzero(change)
-            hi = np.empty_like(lo)
-            hi[:-1] = lo[1:] - 1
-            hi[-1] = 255
-            last = np.ones(src.size, dtype=bool)
-            last[:-1] = src[1:] != src[:-1]
-            hi[last] = 255
-            tgt = trans[src, lo]
-            keep = (tgt != 0) & (src != 0)
-            src, lo, hi, tgt = src[keep], lo[keep], hi[keep], tgt[keep]
-            got = [[] for _ in range(self.n_states)]
-            for s, a, b, t in zip(src.tolist(), lo.tolist(), hi.tolist(), tgt.tolist()):
-                got[s].append((a, b, t))
-            self._runs = got
-        return got
-
-    def matches(self, text: str | bytes) -> bool:
-        data = text.encode("utf-8") if isinstance(text, str) else text
-        return bool(self.accept[self.step(self.start, data)])
-
-
 def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
     """Subset construction over byte ranges; DFA states are frozensets of "important" NFA states
     (those with byte edges, and the final state)."""
@@ -343,64 +278,11 @@ def _hot_states(nfa: _NFA, start: int) -> list[bool]:
     return hot
 
 
-def _trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None,
-          check: bool = True) -> ByteDFA:
-    """Send every state that cannot reach an accepting state to 0, renumber the rest (``hot``,
-    per state, follows the renumbering). ``check=False``: the caller knows every state is live."""
-    n = trans.shape[0]
-    live = accept.copy()
-    live[0] = False
-    if not check:
-        live[1:] = True
-    elif not live[1:].all():
-        live = _coreachable(trans, live)
-    if not live[1]:
-        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
-    if live[1:].all():
-        return ByteDFA(trans, accept, 1, hot=hot)
-    new_id = np.zeros(n, dtype=np.int32)
-    kept = np.nonzero(live)[0]
-    new_id[kept] = np.arange(1, kept.size + 1, dtype=np.int32)
-    out = np.zeros((kept.size + 1, 256), dtype=np.int32)
-    out[1:] = new_id[trans[kept]]
-    acc = np.zeros(kept.size + 1, dtype=bool)
-    acc[1:] = accept[kept]
-    hot_out = None
-    if hot is not None:
-        hot_out = np.zeros(kept.size + 1, dtype=bool)
-        hot_out[1:] = hot[kept]
-    return ByteDFA(out, acc, int(new_id[1]), hot=hot_out)
-
-
 _MEMO: "OrderedDict[Node, ByteDFA]" = OrderedDict()
 _MEMO_LOCK = threading.Lock()
 MEMO_SIZE = 1024  # automata kept per process (LRU) ...
 MEMO_STATES = 60_000  # ... holding at most this many states together (1 KiB each)
 _memo_states = [0]
-
-
-def _coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """States that reach a ``live`` one (backward search over the distinct edges only: a byte run
-    with one target is one edge)."""
-    change = np.ones(trans.shape, dtype=bool)
-    change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-    src, col = np.nonzero(change)
-    dst = trans[src, col]
-    keep = (dst != 0) & (src != 0)
-    src, dst = src[keep], dst[keep]
-    order = np.argsort(dst, kind="stable")
-    src_by_dst = src[order]
-    n = trans.shape[0]
-    starts = np.searchsorted(dst[order], np.arange(n + 1))
-    live = live.copy()
-    frontier = np.nonzero(live)[0]
-    while frontier.size:
-        idx, _ = expand(starts[frontier], starts[frontier + 1] - starts[frontier])
-        preds = np.unique(src_by_dst[idx])
-        preds = preds[~live[preds]]
-        live[preds] = True
-        frontier = preds
-    return live
 
 
 MEMO_HASH_LIMIT = 5_000  # NOTE: hashing a tuple tree costs ~20 ns a node, every lookup
