@@ -168,8 +168,10 @@ class Scheduler(PrefillAdmission):
         if not self.waiting or self.chunked_req is not None:
             return False
         for req in self.waiting:
-            fut = req.grammar_future
-            if fut is None or req.grammar_matcher is not None or req.grammar_error is not None or fut.done():
+            if req.grammar_future is None or req.grammar_matcher is not None or req.grammar_error is not None:
+                return False
+            # NOTE: through grammar.poll, which tensor parallelism gates so that all ranks agree
+            if self.grammar.poll(req) is not False:
                 return False
         return not any(r.needs_extend for r in self.running)
 
