@@ -93,7 +93,7 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
             logger.error("dropped a malformed message: %s", e)
             continue
         outs = []
-        for out in batch.outputs:
+        for out in batch.outputs + batch.plain():
             try:
                 outs.append(manager.process(out))
             except Exception as e:  # NOTE: one bad decode must not stop the others

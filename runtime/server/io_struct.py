@@ -175,8 +175,24 @@ class TokenIDOut:
 
 @dataclass
 class BatchTokenIDOut:
+    """One step's outputs. Requests whose output is only new token ids (not their first output,
+    not finished, no logprobs, no speculation figures: nearly every request of a decode step)
+    travel as parallel ``plain_*`` lists, which msgpack packs natively; the others as
+    :class:`TokenIDOut` objects in ``outputs``."""
+
     outputs: list[TokenIDOut]
     snapshot: SchedulerSnapshot
+    plain_rids: list[str] = field(default_factory=list)
+    plain_new_ids: list[list[int]] = field(default_factory=list)
+    plain_prompt_tokens: list[int] = field(default_factory=list)
+    plain_cached_tokens: list[int] = field(default_factory=list)
+    plain_completion_tokens: list[int] = field(default_factory=list)
+
+    def plain(self) -> list[TokenIDOut]:
+        """The ``plain_*`` columns as :class:`TokenIDOut` objects (for readers that want objects)."""
+        return [TokenIDOut(r, ids, None, p, c, n) for r, ids, p, c, n in zip(
+            self.plain_rids, self.plain_new_ids, self.plain_prompt_tokens, self.plain_cached_tokens,
+            self.plain_completion_tokens)]
 
 
 # ---------------------------------------------------------------- detokenizer -> tokenizer

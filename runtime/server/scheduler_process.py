@@ -184,9 +184,24 @@ class SchedulerServer:
         )
 
     def _send(self, reqs: list[Req]) -> None:
-        if reqs and self.rank == 0:
-            outs = [self._out(r) for r in reqs]
-            self.detok_sock.send(encode(BatchTokenIDOut(outs, self._snapshot())))
+        if not reqs or self.rank != 0:
+            return
+        batch = BatchTokenIDOut([], self._snapshot())
+        rids, ids, prompt, cached, done = (batch.plain_rids, batch.plain_new_ids, batch.plain_prompt_tokens,
+                                           batch.plain_cached_tokens, batch.plain_completion_tokens)
+        for req in reqs:
+            sent = req.sent
+            if sent is None or req.finish_reason is not None or req.return_logprob or req.spec_verify_ct:
+                batch.outputs.append(self._out(req))
+                continue
+            out = req.output_ids  # NOTE: the common case: new token ids only, sent as columns
+            rids.append(req.rid)
+            ids.append(out[sent[0]:])
+            prompt.append(len(req.origin_input_ids))
+            cached.append(req.cached_tokens)
+            done.append(len(out))
+            req.sent = (len(out), sent[1], sent[2])
+        self.detok_sock.send(encode(batch))
 
     def _log_prefill(self) -> None:
         st = self.scheduler.stats
