@@ -17,6 +17,10 @@ from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import req_ids
 from radixlm.runtime.scheduler_recovery import abort_bad_grammars
 
+# Default mixed-batch prefill: this many tokens for a model of MIXED_CHUNK_PARAMS parameters per
+# rank, scaled inversely with the model's size (see ServerArgs.mixed_chunk_size).
+MIXED_CHUNK_TOKENS, MIXED_CHUNK_PARAMS = 2048, 8e9
+
 
 class PrefillAdmission:
     """Prefill-batch construction for :class:`~radixlm.runtime.scheduler.Scheduler`."""
@@ -30,6 +34,21 @@ class PrefillAdmission:
     def _reserved_decode_tokens(self, reqs: list[Req]) -> int:
         """KV slots kept free for ``reqs``' future tokens: their remaining tokens times the ratio."""
         return int(sum(map(self._remaining_decode, reqs)) * self.new_token_ratio)
+
+    @property
+    def mixed_chunk_size(self) -> int:
+        """Prefill tokens of a mixed batch: ``args.mixed_chunk_size``, or 2,048 per 8B parameters
+        of this rank's model scaled inversely (about the same compute per mixed step), within
+        [2048, chunked_prefill_size]."""
+        got = getattr(self, "_mixed_chunk_size", None)
+        if got is None:
+            got = self.args.mixed_chunk_size
+            if got is None:
+                params = sum(p.numel() for p in self.runner.model.parameters())
+                got = int(min(max(MIXED_CHUNK_TOKENS * MIXED_CHUNK_PARAMS / max(params, 1), MIXED_CHUNK_TOKENS),
+                              max(self.args.chunked_prefill_size, MIXED_CHUNK_TOKENS)))
+            self._mixed_chunk_size = got
+        return got
 
     def _available(self) -> int:
         return self.allocator.available_size() + self.tree_cache.evictable_size()
@@ -51,7 +70,7 @@ class PrefillAdmission:
             return None
         budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
         if self.args.enable_mixed_chunk and self.running:  # NOTE: running decodes wait for this chunk
-            budget = min(budget, self.args.mixed_chunk_size)
+            budget = min(budget, self.mixed_chunk_size)
         slices: list[ReqSlice] = []
         admitted: list[Req] = []
         for req in jumped:  # jump-forward tokens of running requests are prefilled first

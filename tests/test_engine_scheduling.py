@@ -184,3 +184,19 @@ def test_mixed_batches_cap_the_prefill_chunk_while_requests_decode(tiny_llama, a
     while sched.has_work():
         sched.step()
     assert [first.output_ids, late.output_ids] == [alone[0], alone[longest]]
+
+
+@pytest.mark.parametrize("params, expected", [(None, 8192), (4e9, 4096), (8e9, 2048), (70e9, 2048)])
+def test_mixed_chunk_size_scales_inversely_with_model_size(tiny_llama, monkeypatch, params, expected):
+    """Default mixed-batch prefill: 2,048 tokens per 8B parameters, scaled inversely, within
+    [2048, chunked_prefill_size] (a tiny model gets the whole chunked prefill size)."""
+
+    class Count:
+        def numel(self) -> int:
+            return int(params)
+
+    sched = make_scheduler(tiny_llama, chunked_prefill_size=8192)
+    if params is not None:
+        monkeypatch.setattr(sched.runner.model, "parameters", lambda: iter([Count()]))
+    assert sched.mixed_chunk_size == expected
+    assert make_scheduler(tiny_llama, mixed_chunk_size=300).mixed_chunk_size == 300
