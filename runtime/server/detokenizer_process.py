@@ -1,17 +1,17 @@
 """The detokenizer process: turns each step's token ids into text (incremental, UTF-8 safe,
 stop strings trimmed, the same algorithm the scheduler uses to detect stops) and logprob token
-texts, and forwards one :class:`BatchStrOut` per step to the tokenizer manager."""
+texts, and forwards one :class:`BatchStrOut` per step to the tokenizer manager (plain outputs
+as columns carrying their appended text)."""
 
 from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import zmq
 
-from radixlm.runtime.detokenizer import IncrementalDetokenizer
+from radixlm.runtime.detokenizer import IncrementalDetokenizer, append_batch
 from radixlm.runtime.server.io_struct import (
     BatchStrOut, BatchTokenIDOut, DetokInit, IpcPaths, MalformedMessage, StrOut, TokenIDOut, decode, encode,
 )
@@ -20,10 +20,19 @@ from radixlm.runtime.server.procs import child_init
 logger = logging.getLogger("radixlm.detokenizer")
 
 
-@dataclass
 class _State:
-    detok: IncrementalDetokenizer
-    text_in_logprobs: bool
+    """One live request: its detokenizer, whether logprob entries get token texts, and how much
+    of its text the tokenizer manager has (``sent``: plain outputs carry only what follows)."""
+
+    __slots__ = ("detok", "text_in_logprobs", "sent")
+
+    def __init__(self, detok: IncrementalDetokenizer, text_in_logprobs: bool) -> None:
+        self.detok, self.text_in_logprobs, self.sent = detok, text_in_logprobs, 0
+
+
+def _abort(rid: str, e: Exception, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> StrOut:
+    return StrOut(rid, "", [], {"type": "abort", "status_code": 500, "message": f"detokenizer: {e}"},
+                  prompt_tokens, cached_tokens, completion_tokens)
 
 
 class DetokenizerManager:
@@ -33,13 +42,13 @@ class DetokenizerManager:
         self.tokenizer = tokenizer
         self.states: dict[str, _State] = {}
 
-    def _state(self, out: TokenIDOut) -> _State:
-        st = self.states.get(out.rid)
+    def _state(self, rid: str, init: DetokInit | None) -> _State:
+        st = self.states.get(rid)
         if st is None:
-            init = out.detok or DetokInit(prompt_tail=[], stop=[])
+            init = init or DetokInit(prompt_tail=[], stop=[])
             detok = IncrementalDetokenizer(self.tokenizer, init.prompt_tail, init.skip_special_tokens,
                                            init.spaces_between_special_tokens, init.stop, init.stop_regex)
-            st = self.states[out.rid] = _State(detok, init.text_in_logprobs)
+            st = self.states[rid] = _State(detok, init.text_in_logprobs)
         return st
 
     def _entries(self, items: list, with_text: bool) -> tuple[list, list]:
@@ -50,21 +59,96 @@ class DetokenizerManager:
             tops.append(None if top is None else [[v, t, text(t)] for v, t in top])
         return main, tops
 
-    def process(self, out: TokenIDOut) -> StrOut:
-        st = self._state(out)
-        for tid in out.new_output_ids:
-            st.detok.append(tid)
+    def _finish_obj(self, st: _State, out: TokenIDOut) -> StrOut:
+        """The per-request message for ``out`` (after its ids were appended)."""
         if out.finish_reason is not None:
             st.detok.flush()
             del self.states[out.rid]
-        inp, inp_top = self._entries(out.new_input_logprobs, st.text_in_logprobs)
-        outp, out_top = self._entries(out.new_output_logprobs, st.text_in_logprobs)
+        inp, inp_top = self._entries(out.new_input_logprobs, st.text_in_logprobs) if out.new_input_logprobs else ([], [])
+        outp, out_top = self._entries(out.new_output_logprobs, st.text_in_logprobs) if out.new_output_logprobs else ([], [])
+        text = st.detok.text
+        st.sent = len(text)
         return StrOut(
-            rid=out.rid, text=st.detok.text, new_output_ids=out.new_output_ids, finish_reason=out.finish_reason,
+            rid=out.rid, text=text, new_output_ids=out.new_output_ids, finish_reason=out.finish_reason,
             prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens,
             completion_tokens=out.completion_tokens, new_input_logprobs=inp, new_input_top=inp_top,
             new_output_logprobs=outp, new_output_top=out_top, spec_info=out.spec_info,
         )
+
+    def process(self, out: TokenIDOut) -> StrOut:
+        """One request's output as a :class:`StrOut` (cumulative text): the per-request path."""
+        st = self._state(out.rid, out.detok)
+        for tid in out.new_output_ids:
+            st.detok.append(tid)
+        return self._finish_obj(st, out)
+
+    def process_batch(self, batch: BatchTokenIDOut) -> BatchStrOut:
+        """One step: every request's new ids detokenized together (:func:`append_batch`); plain
+        outputs (not finished, no logprob entries, no speculation figures, text not cut back)
+        leave as columns carrying their appended text, the others as :class:`StrOut` objects. A
+        request whose detokenization fails is aborted (500); the others go on."""
+        res = BatchStrOut([], batch.snapshot)
+        objs, rids, new_ids = batch.outputs, batch.plain_rids, batch.plain_new_ids
+        sts: list[_State | None] = []
+        for o in objs:
+            try:
+                sts.append(self._state(o.rid, o.detok))
+            except Exception as e:  # NOTE: e.g. a bad DetokInit; only this request fails
+                logger.exception("detokenizing %s failed", o.rid)
+                res.outputs.append(_abort(o.rid, e, o.prompt_tokens, o.cached_tokens, o.completion_tokens))
+                sts.append(None)
+        states, state = self.states, self._state
+        sts += [states.get(rid) or state(rid, None) for rid in rids]
+        ids_all = [o.new_output_ids if st is not None else () for o, st in zip(objs, sts)] + new_ids
+        failed = append_batch([st.detok if st is not None else None for st in sts], ids_all)
+        n_obj = len(objs)
+        for k, o in enumerate(objs):
+            st = sts[k]
+            if st is None:
+                continue
+            try:
+                if k in failed:
+                    raise failed[k]
+                if (o.finish_reason is None and not o.new_input_logprobs and not o.new_output_logprobs
+                        and not o.spec_info and len(st.detok.text) >= st.sent):
+                    text = st.detok.text
+                    res.add_plain(o.rid, text[st.sent:], o.new_output_ids, o.prompt_tokens, o.cached_tokens,
+                                  o.completion_tokens)
+                    st.sent = len(text)
+                else:
+                    res.outputs.append(self._finish_obj(st, o))
+            except Exception as e:  # NOTE: one bad decode must not stop the others
+                logger.exception("detokenizing %s failed", o.rid)
+                states.pop(o.rid, None)
+                res.outputs.append(_abort(o.rid, e, o.prompt_tokens, o.cached_tokens, o.completion_tokens))
+        p_rids, p_text, p_ids, p_prompt, p_cached, p_done = (res.plain_rids, res.plain_text, res.plain_new_ids,
+                                                           res.plain_prompt_tokens, res.plain_cached_tokens,
+                                                           res.plain_completion_tokens)
+        for j, (rid, ids, p, c, n) in enumerate(zip(rids, new_ids, batch.plain_prompt_tokens,
+                                                    batch.plain_cached_tokens, batch.plain_completion_tokens)):
+            st = sts[n_obj + j]
+            text = st.detok._text if st.detok._pending is None else st.detok.text
+            sent = st.sent
+            if n_obj + j in failed:
+                logger.error("detokenizing %s failed: %s", rid, failed[n_obj + j])
+                states.pop(rid, None)
+                res.outputs.append(_abort(rid, failed[n_obj + j], p, c, n))
+            elif len(text) >= sent:
+                p_rids.append(rid)
+                p_text.append(text[sent:] if sent else text)
+                p_ids.append(ids)
+                p_prompt.append(p)
+                p_cached.append(c)
+                p_done.append(n)
+                st.sent = len(text)
+            else:  # NOTE: a stop string cut back text already sent: the cumulative text replaces it
+                try:
+                    res.outputs.append(self._finish_obj(st, TokenIDOut(rid, ids, None, p, c, n)))
+                except Exception as e:
+                    logger.exception("detokenizing %s failed", rid)
+                    states.pop(rid, None)
+                    res.outputs.append(_abort(rid, e, p, c, n))
+        return res
 
 
 def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths, ready: Connection) -> None:
@@ -92,14 +176,4 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
         except MalformedMessage as e:  # NOTE: log and drop; the detokenizer goes on
             logger.error("dropped a malformed message: %s", e)
             continue
-        outs = []
-        for out in batch.outputs + batch.plain():
-            try:
-                outs.append(manager.process(out))
-            except Exception as e:  # NOTE: one bad decode must not stop the others
-                logger.exception("detokenizing %s failed", out.rid)
-                manager.states.pop(out.rid, None)
-                outs.append(StrOut(out.rid, "", [], {"type": "abort", "status_code": 500,
-                                                     "message": f"detokenizer: {e}"},
-                                   out.prompt_tokens, out.cached_tokens, out.completion_tokens))
-        send.send(encode(BatchStrOut(outs, batch.snapshot)))
+        send.send(encode(manager.process_batch(batch)))

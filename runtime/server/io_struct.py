@@ -5,7 +5,8 @@ Channels (all PUSH -> PULL over ``ipc://`` paths unique per server instance, see
 * tokenizer manager -> scheduler: :class:`TokenizedGenerateReq`, :class:`AbortReq`,
   :class:`ControlReq`.
 * scheduler -> detokenizer: :class:`BatchTokenIDOut` (one per scheduler step).
-* detokenizer -> tokenizer manager: :class:`BatchStrOut` (one per scheduler step), and
+* detokenizer -> tokenizer manager: :class:`BatchStrOut` (one per scheduler step; plain outputs
+  as columns too, with their text as increments), and
   scheduler -> tokenizer manager: :class:`ControlReply` (answers to :class:`ControlReq`).
 
 The codec is msgpack (data only, never code): a message is a map tagged with its class name, and
@@ -216,8 +217,30 @@ class StrOut:
 
 @dataclass
 class BatchStrOut:
+    """One step's outputs with text. Requests whose output is plain (not finished, no logprob
+    entries, no speculation figures, text not cut back by a stop string: nearly every request of
+    a decode step) travel as parallel ``plain_*`` lists carrying only the text *appended* since the
+    request's previous output (``plain_text``); the others as :class:`StrOut` objects in
+    ``outputs``, whose ``text`` is cumulative. Within one message a request appears once."""
+
     outputs: list[StrOut]
     snapshot: SchedulerSnapshot
+    plain_rids: list[str] = field(default_factory=list)
+    plain_text: list[str] = field(default_factory=list)  # appended text (not cumulative)
+    plain_new_ids: list[list[int]] = field(default_factory=list)
+    plain_prompt_tokens: list[int] = field(default_factory=list)
+    plain_cached_tokens: list[int] = field(default_factory=list)
+    plain_completion_tokens: list[int] = field(default_factory=list)
+
+    def add_plain(self, rid: str, text: str, new_ids: list[int], prompt_tokens: int, cached_tokens: int,
+                  completion_tokens: int) -> None:
+        """Append one plain output to the columns (``text``: appended since the previous output)."""
+        self.plain_rids.append(rid)
+        self.plain_text.append(text)
+        self.plain_new_ids.append(new_ids)
+        self.plain_prompt_tokens.append(prompt_tokens)
+        self.plain_cached_tokens.append(cached_tokens)
+        self.plain_completion_tokens.append(completion_tokens)
 
 
 class MalformedMessage(ValueError):

@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import zmq
@@ -24,6 +24,7 @@ from radixlm.runtime.server.io_struct import (
 )
 from radixlm.runtime.server.metrics import ServerMetrics
 from radixlm.runtime.server.protocol import MAX_TOP_LOGPROBS
+from radixlm.runtime.server.req_state import ReqState, observe_many  # noqa: F401 (ReqState: re-exported)
 from radixlm.runtime.server.tokenize_batch import TokenizeBatcher
 
 logger = logging.getLogger("radixlm.tokenizer_manager")
@@ -37,56 +38,6 @@ class RequestError(Exception):
     def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
         self.message, self.status, self.param = message, status, param
-
-
-@dataclass
-class ReqState:
-    """Accumulated output of one sample; ``queue`` (shared by a submission) gets its ``index``
-    after every update."""
-
-    rid: str
-    index: int
-    queue: asyncio.Queue
-    return_logprob: bool
-    top_logprobs_num: int
-    t0: float = field(default_factory=time.perf_counter)
-    text: str = ""
-    output_ids: list[int] = field(default_factory=list)
-    finish_reason: dict | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    input_lp: list = field(default_factory=list)
-    input_top: list = field(default_factory=list)
-    output_lp: list = field(default_factory=list)
-    output_top: list = field(default_factory=list)
-    spec_info: dict | None = None  # speculative decoding figures (meta_info)
-    started: bool = False
-    first_token_t: float | None = None
-    last_token_t: float | None = None
-    version: int = 0
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    def result(self) -> dict:
-        """The native ``/generate`` response (cumulative)."""
-        reason = self.finish_reason
-        if reason is not None and "status_code" in reason:
-            reason = {k: v for k, v in reason.items() if k != "status_code"}
-        meta: dict[str, Any] = {
-            "id": self.rid, "finish_reason": reason, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
-            "e2e_latency": time.perf_counter() - self.t0,
-        }
-        if self.spec_info:
-            meta.update(self.spec_info)
-        if self.return_logprob:
-            meta.update(input_token_logprobs=self.input_lp, output_token_logprobs=self.output_lp)
-            if self.top_logprobs_num:
-                meta.update(input_top_logprobs=self.input_top, output_top_logprobs=self.output_top)
-        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}
 
 
 @dataclass
@@ -152,10 +103,7 @@ class TokenizerManager:
                 continue
             try:
                 if isinstance(msg, BatchStrOut):
-                    self.snapshot = msg.snapshot
-                    self.metrics.observe_snapshot(msg.snapshot)
-                    for out in msg.outputs:
-                        self._apply(out)
+                    self._on_batch(msg)
                 elif isinstance(msg, ControlReply):
                     fut = self._control.pop(msg.req_id, None)
                     if fut is not None and not fut.done():
@@ -163,11 +111,49 @@ class TokenizerManager:
             except Exception:  # NOTE: keep receiving; one malformed output must not stop the server
                 logger.exception("handling scheduler output failed")
 
-    def _apply(self, out: StrOut) -> None:
+    def _on_batch(self, msg: BatchStrOut) -> None:
+        """Apply one step's outputs: the per-request objects, then the plain columns."""
+        self.snapshot = msg.snapshot
+        self.metrics.observe_snapshot(msg.snapshot)
+        now = time.perf_counter()
+        for out in msg.outputs:
+            self._apply(out, now)
+        if msg.plain_rids:
+            self._apply_plain(msg, now)
+
+    def _apply_plain(self, msg: BatchStrOut, now: float) -> None:
+        """The plain columns: append each request's new text and ids (never finished here)."""
+        states, itl = self.states, []
+        for rid, text, ids, prompt, cached, done in zip(msg.plain_rids, msg.plain_text, msg.plain_new_ids,
+                                                        msg.plain_prompt_tokens, msg.plain_cached_tokens,
+                                                        msg.plain_completion_tokens):
+            st = states.get(rid)
+            if st is None:
+                continue
+            if ids:
+                if st.first_token_t is None:
+                    st.first_token_t = now
+                    self.metrics.ttft.observe(now - st.t0)
+                elif st.last_token_t is not None:
+                    itl.append((now - st.last_token_t) / len(ids))
+                st.last_token_t = now
+                st.output_ids += ids
+            st.started = True
+            if text:
+                st.text += text
+            st.prompt_tokens, st.cached_tokens, st.completion_tokens = prompt, cached, done
+            st.version += 1
+            if st.stream:
+                st.queue.put_nowait(st.index)
+        if itl:
+            observe_many(self.metrics.itl, itl)
+
+    def _apply(self, out: StrOut, now: float | None = None) -> None:
+        """One per-request output (cumulative text)."""
         st = self.states.get(out.rid)
         if st is None:
             return
-        now = time.perf_counter()
+        now = time.perf_counter() if now is None else now
         if out.new_output_ids:
             if st.first_token_t is None:
                 st.first_token_t = now
@@ -191,6 +177,8 @@ class TokenizerManager:
             self.groups.pop(out.rid, None)
             self.metrics.observe_finish(st.prompt_tokens, st.completion_tokens, st.cached_tokens,
                                         now - st.t0, out.finish_reason.get("type") == "abort")
+        elif not st.stream:
+            return
         st.queue.put_nowait(st.index)
 
     # ------------------------------------------------------------ requests
@@ -326,7 +314,10 @@ class TokenizerManager:
                 self.abort(st.rid, message)
 
     async def wait_all(self, states: list[ReqState], queue: asyncio.Queue, request=None) -> list[ReqState]:
-        """Wait until every sample finished; raises RequestError (400) when the scheduler rejected one."""
+        """Wait until every sample finished; raises RequestError (400) when the scheduler rejected one.
+        The states are woken only when they finish (``ReqState.stream`` cleared)."""
+        for s in states:
+            s.stream = False
         async for _ in self.updates(states, queue, request):
             pass
         if any(not s.finished for s in states):
