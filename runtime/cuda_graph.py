@@ -44,14 +44,15 @@ class CudaGraphRunner:
         dev = runner.device
         n = self.max_bs
         # NOTE: the per-row inputs a step brings from the host live in one buffer, filled by one
-        # host-to-device copy per replay (rows: input ids, positions, req_to_token rows, seq lens).
-        self.meta = torch.zeros((4, n), dtype=torch.int64, device=dev)
-        self.input_ids, self.positions, self.req_pool_indices, self.seq_lens = self.meta.unbind(0)
+        # host-to-device copy per replay (rows: input ids, positions, req_to_token rows, seq lens,
+        # KV slots; the slots are copied on the device instead when the caller has no host copy).
+        self.meta = torch.zeros((5, n), dtype=torch.int64, device=dev)
+        self.input_ids, self.positions, self.req_pool_indices, self.seq_lens, self.out_cache_loc = self.meta.unbind(0)
         self.req_pool_indices.fill_(pad_row)
         self.seq_lens.fill_(1)
-        self.out_cache_loc = torch.zeros(n, dtype=torch.int64, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
+        self._views: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # n -> (bs, meta[:, :bs], out[:n])
         self.pool = None
         self._capture_all()
 
@@ -108,37 +109,44 @@ class CudaGraphRunner:
         """Drop the graphs and their memory pool now (not at some later garbage collection)."""
         self.graphs.clear()
         self.outputs.clear()
+        self._views.clear()
         self.pool = None
         self.runner = None
 
     def can_run(self, batch_size: int) -> bool:
         return batch_size <= self.max_bs
 
-    def replay(self, ids: list[int], positions: list[int], rows: list[int], out_cache_loc: torch.Tensor,
-               input_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def replay(self, ids: list[int], positions: list[int], rows: list[int], out_cache_loc: torch.Tensor | None,
+               input_ids: torch.Tensor | None = None, slots: list[int] | None = None) -> torch.Tensor:
         """Run ``n = len(positions)`` decode rows through the graph of the next captured size.
 
         Row ``i`` is token ``ids[i]`` at position ``positions[i]`` of the request whose
         ``req_to_token`` row is ``rows[i]`` (it attends to positions ``0..positions[i]``), written
-        to KV slot ``out_cache_loc[i]`` (int64 ``[n]`` on the device). ``input_ids`` (int64 ``[n]``
-        on the device) replaces ``ids`` (overlap scheduling; pass ``ids=[]`` then). The host
-        fields travel in one pinned, non-blocking copy; padding rows read the zero row.
+        to KV slot ``out_cache_loc[i]`` (int64 ``[n]`` on the device), or ``slots[i]`` when the
+        caller has the slots on the host (then ``out_cache_loc`` is ignored and may be None).
+        ``input_ids`` (int64 ``[n]`` on the device) replaces ``ids`` (overlap scheduling; pass
+        ``ids=[]`` then). The host fields travel in one pinned, non-blocking copy; padding rows
+        read the zero row and write slot 0.
         Returns fp32 logits ``[n, V]``, a view of the graph's output buffer (valid until the next
         replay)."""
         n = len(positions)
-        bs = self.sizes[bisect.bisect_left(self.sizes, n)]
-        pad = bs - n
+        views = self._views.get(n)
+        if views is None:  # NOTE: the views of the persistent buffers are made once per row count
+            bs = self.sizes[bisect.bisect_left(self.sizes, n)]
+            views = self._views[n] = (bs, self.meta[:, :bs], self.outputs[bs][:n])
+        bs, meta, out = views
+        pad = [0] * (bs - n)
         host = torch.tensor([
-            (ids if input_ids is None else [0] * n) + [0] * pad,
-            positions + [0] * pad,
-            rows + [self.pad_row] * pad,
-            [p + 1 for p in positions] + [1] * pad,
+            (ids if input_ids is None else [0] * n) + pad,
+            positions + pad,
+            rows + [self.pad_row] * (bs - n),
+            [p + 1 for p in positions] + [1] * (bs - n),
+            (slots if slots is not None else [0] * n) + pad,
         ], dtype=torch.int64)
-        self.meta[:, :bs].copy_(host.pin_memory(), non_blocking=True)
+        meta.copy_(host.pin_memory(), non_blocking=True)
         if input_ids is not None:
             self.input_ids[:n].copy_(input_ids)
-        self.out_cache_loc[:n].copy_(out_cache_loc)
-        if pad:
-            self.out_cache_loc[n:bs].zero_()
+        if slots is None:
+            self.out_cache_loc[:n].copy_(out_cache_loc)
         self.graphs[bs].replay()
-        return self.outputs[bs][:n]
+        return out

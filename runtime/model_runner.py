@@ -225,7 +225,10 @@ class ModelRunner:
             ids.extend(s.token_ids())
             pos.extend(range(s.start, s.end))
             rows.extend([s.req.req_pool_idx] * s.length)
-        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc)
+        # NOTE: a verify batch's slices keep their slots' host copy: they join the graph inputs'
+        # host-to-device copy (no device copy of out_cache_loc on the step's critical path)
+        slots = [t for s in batch.slices for t in s.slots.tolist()] if batch.verify else None
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, slots=slots)
         if len(index) == len(ids) and index[-1] == len(ids) - 1:  # every row samples: no gather
             return logits, per_slice
         return logits[to_device(index, self.device)], per_slice
@@ -259,9 +262,9 @@ class ModelRunner:
         need_logprobs = any(s.req.return_logprob for s in batch.slices)
         logprobs = torch.log_softmax(logits, dim=-1) if need_logprobs else None
         # Input logprobs: logits at position p score token all_ids[p + 1].
-        for out, s, (row0, positions) in zip(outs, batch.slices, per_slice):
+        for out, s, (row0, positions) in zip(outs, batch.slices, per_slice if need_logprobs else ()):
             for j, p in enumerate(positions):
-                if s.logprob_from <= p < s.logprob_to and logprobs is not None:
+                if s.logprob_from <= p < s.logprob_to:
                     out.input_logprobs[p] = self._logprob_entry(logprobs[row0 + j], s.req.token_slice(p + 1, p + 2)[0], s.req.top_logprobs_num)
         # Sampling rows: the last logits row of every slice that samples.
         sample_slices = [i for i, s in enumerate(batch.slices) if s.sample]

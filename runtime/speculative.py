@@ -82,18 +82,23 @@ class NgramIndex:
         n = len(toks)
         if n <= m:
             return -1, 0
-        end = self._head.get(tuple(toks[n - m :]), -1)
-        best_end, best_len, seen = -1, 0, 0
+        end = self._head.get(tuple(toks[n - m :]) if m > 1 else (toks[-1],), -1)
+        best_end, best_len, seen, prev, top = -1, 0, 0, self._prev, self.max_window
         while end >= 0 and seen < MAX_CANDIDATES:
+            limit = min(top, end + 1)
+            # NOTE: only a longer match replaces the best: reject on its first token (zlib's trick)
+            if best_len and (best_len >= limit or toks[end - best_len] != toks[n - 1 - best_len]):
+                end = prev[end]
+                seen += 1
+                continue
             length = m
-            limit = min(self.max_window, end + 1)
             while length < limit and toks[end - length] == toks[n - 1 - length]:
                 length += 1
             if length > best_len:
                 best_end, best_len = end, length
-                if length == self.max_window:
+                if length == top:
                     break
-            end = self._prev[end]
+            end = prev[end]
             seen += 1
         return (best_end + 1, best_len) if best_end >= 0 else (-1, 0)
 

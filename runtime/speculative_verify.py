@@ -85,10 +85,11 @@ def verify_drafts(
     offs = draft_offsets(drafts)
     lens = [len(d) + 1 for d in drafts]
     greedy = [r.sampling_params.is_greedy for r in reqs]
-    top, argmax = logits.max(dim=-1)
-    bad = torch.isnan(top) | (top == float("-inf"))  # NaN anywhere, or nothing allowed
-    if all(greedy):
-        return _verify_greedy(torch.where(bad, BAD_TOKEN, argmax).tolist(), offs, drafts)
+    top, argmax = logits.max(dim=-1)  # NOTE: max propagates NaN
+    usable = top > float("-inf")  # False for NaN anywhere in the row, or nothing allowed
+    if all(greedy):  # NOTE: three kernels and one device-to-host copy per step
+        return _verify_greedy(torch.where(usable, argmax, BAD_TOKEN).tolist(), offs, drafts)
+    bad = ~usable
     # target[r]: the draft token row r checks (-1 on each request's last row)
     target = to_device([t for d in drafts for t in (*d, -1)], dev)
     has_draft = target >= 0

@@ -187,8 +187,12 @@ def postprocess_verify(runner: Any, batch: Any, logits: torch.Tensor, per_slice:
     if not spec:
         return sample_slices
     rows = [per_slice[i][0] + j for i in spec for j in range(len(per_slice[i][1]))]
-    contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
-    vlogits = logits[rows[0] : rows[0] + len(rows)] if contiguous else logits[to_device(rows, logits.device)]
+    if len(rows) == logits.shape[0] and rows[0] == 0 and rows[-1] == len(rows) - 1:
+        vlogits = logits  # NOTE: every row is a draft row (batch 1, every request drafted): no view op
+    elif rows == list(range(rows[0], rows[0] + len(rows))):
+        vlogits = logits[rows[0] : rows[0] + len(rows)]
+    else:
+        vlogits = logits[to_device(rows, logits.device)]
     reqs = [batch.slices[i].req for i in spec]
     drafts = [batch.slices[i].draft_ids for i in spec]
     tokens = run_verify(vlogits, reqs, drafts, runner.eos_token_ids, runner.generator)
@@ -219,6 +223,11 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
     if got is None:
         return None
     slots, host = got
+    if len(reqs) == 1:  # NOTE: batch 1: one table slice, the whole host copy (no per-position lists)
+        r = reqs[0]
+        sched.req_to_token_pool.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + total] = slots
+        return ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(r, r.kv_len, r.kv_len + total, True, slots=host,
+                                                           draft_ids=list(drafts[0]))], out_cache_loc=slots, verify=True)
     rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
     positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
     sched.req_to_token_pool.write_batch(rows, positions, slots)

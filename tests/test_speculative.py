@@ -60,6 +60,35 @@ def test_incremental_index_matches_brute_force(monkeypatch, lo, hi):
             assert idx.propose(4) == brute_force(seq[: i + 1], lo, hi, 4), (seq[: i + 1], lo, hi)
 
 
+def walk_every_candidate(idx):
+    """``NgramIndex.match`` without its first-token rejection: the full comparison per candidate."""
+    toks, m, n = idx.tokens, idx.min_window, len(idx.tokens)
+    if n <= m:
+        return -1, 0
+    end, best_end, best_len, seen = idx._head.get(tuple(toks[n - m :]), -1), -1, 0, 0
+    while end >= 0 and seen < speculative.MAX_CANDIDATES:
+        length, limit = m, min(idx.max_window, end + 1)
+        while length < limit and toks[end - length] == toks[n - 1 - length]:
+            length += 1
+        if length > best_len:
+            best_end, best_len = end, length
+            if length == idx.max_window:
+                break
+        end, seen = idx._prev[end], seen + 1
+    return (best_end + 1, best_len) if best_end >= 0 else (-1, 0)
+
+
+@pytest.mark.parametrize("lo, hi, cap", [(1, 12, 32), (1, 12, 3), (2, 5, 8)])
+def test_candidate_rejection_keeps_the_bounded_walk(monkeypatch, lo, hi, cap):
+    monkeypatch.setattr(speculative, "MAX_CANDIDATES", cap)
+    rng = random.Random(cap)
+    for _ in range(10):
+        idx = NgramIndex(lo, hi)
+        for t in [rng.randrange(3) for _ in range(300)]:
+            idx.extend([t])
+            assert idx.match() == walk_every_candidate(idx)
+
+
 def test_sync_appends_tail_and_rebuilds_when_shorter():
     prompt, out = [1, 2, 3, 4, 5], [1, 2]
     idx = NgramIndex(1, 4)
