@@ -107,6 +107,8 @@ def emulate_graphs(runner, max_bs: int) -> None:
                 self.outputs[bs] = torch.empty(bs, self.runner.cfg.vocab_size)
             return super().replay(*a, **k)
 
+    if not torch.cuda.is_available():  # NOTE: CPU-only torch cannot pin; a pinned copy is a plain one here
+        torch.Tensor.pin_memory = lambda self, *a, **k: self
     runner.cuda_graph = Emulated(runner, max_bs, runner.req_to_token_pool.alloc())
 
 
@@ -132,24 +134,33 @@ def instrument(clock: PhaseClock, sched) -> None:
         g.replay = clock.wrap("forward", g.replay)
 
 
+_COUNTING: list = []  # the clock that host-to-device copies are counted into
+
+
 def count_copies(clock: PhaseClock) -> None:
-    """Count host-to-device copies per phase (``h2d``): every ``to_device`` and ``pin_memory`` call
-    (on CPU both are no-ops; on CUDA each is a pinned staging copy plus a ``cudaMemcpyAsync``)."""
+    """Count host-to-device copies per phase (``h2d``) into ``clock`` from now on: every
+    ``to_device`` and ``pin_memory`` call (on CPU both are no-ops; on CUDA each is a pinned staging
+    copy plus a ``cudaMemcpyAsync``). Call after :func:`emulate_graphs` (it replaces pin_memory)."""
     import torch
 
     from radixlm.runtime import memory
 
     def counted(fn):
         def wrapper(*a, **k):
-            clock.ops["h2d " + clock.phase()] += 1
+            c = _COUNTING[-1]
+            c.ops["h2d " + c.phase()] += 1
             return fn(*a, **k)
+        wrapper.counted = True
         return wrapper
 
-    torch.Tensor.pin_memory = counted(lambda self, *a, **k: self)  # NOTE: CPU-only torch cannot pin
+    _COUNTING.append(clock)
+    if not getattr(torch.Tensor.pin_memory, "counted", False):
+        torch.Tensor.pin_memory = counted(torch.Tensor.pin_memory)
     original = memory.to_device
-    for mod in [m for name, m in sys.modules.items() if name.startswith("radixlm.")]:
-        if getattr(mod, "to_device", None) is original:
-            mod.to_device = counted(original)
+    if not getattr(original, "counted", False):
+        for mod in [m for name, m in sys.modules.items() if name.startswith("radixlm.")]:
+            if getattr(mod, "to_device", None) is original:
+                mod.to_device = counted(original)
 
 
 def count_ops(clock: PhaseClock):
@@ -198,7 +209,7 @@ def child(a) -> None:
                           cuda_graph_max_extend_tokens=16, **spec)
         runner = ModelRunner(args, path, eos)
         emulate_graphs(runner, 64)
-        count_copies(clock := PhaseClock())
+        count_copies(clock := PhaseClock())  # NOTE: after emulate_graphs (it replaces pin_memory)
         sched = Scheduler.create(args, runner, tok)
         instrument(clock, sched)
         kind = []

