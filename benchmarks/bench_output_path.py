@@ -1,4 +1,5 @@
-"""Host cost of the server's output path per request-step, on CPU, no sockets: the detokenizer
+"""Host cost of the server's output path per request-step, on CPU, no sockets: the scheduler's
+result processing (``OutputProcessor.process``, lazy detokenization), the detokenizer
 process (decode the scheduler's message, detokenize, encode its message to the tokenizer manager)
 and the tokenizer manager (decode that message, apply it to the request states, wake the waiters),
 plus the streaming handler's read of a state (``ReqState.result``).
@@ -39,6 +40,7 @@ MODULES = {  # name in the tree -> alias for the baseline copy
     "runtime/detokenizer.py": "radixlm_base_detokenizer",
     "runtime/server/detokenizer_process.py": "radixlm_base_detokenizer_process",
     "runtime/server/tokenizer_manager.py": "radixlm_base_tokenizer_manager",
+    "runtime/output_processor.py": "radixlm_base_output_processor",
 }
 
 
@@ -71,8 +73,9 @@ def make_steps(io, tok, reqs: int, steps: int) -> tuple[list[bytes], dict[str, d
     snap = io.SchedulerSnapshot(reqs, 0, 1000, 100000, 0.5, 0)
     cfg = {}
     for r in range(reqs):
+        start = (r * 37) % (len(ids) - steps - 8)
         cfg[f"r{r}"] = {"stop": ["\n\nUser:", "<|im_end|>"] if r % 4 == 0 else [], "stream": r % 3 == 0,
-                        "start": (r * 37) % (len(ids) - steps - 8)}
+                        "start": start, "prompt": ids[start:start + 5], "out": ids[start + 5:start + 5 + steps]}
     msgs = []
     for s in range(steps):
         b = io.BatchTokenIDOut([], snap)
@@ -112,7 +115,19 @@ class Run:
                 st.stream = False  # what wait_all sets: woken only when finished
             tm.states[rid] = self.states[rid] = st
         self.streamed = {rid: [] for rid, c in cfg.items() if c["stream"]}
-        self.t = dict.fromkeys(("detok: decode msg", "detok: detokenize", "detok: encode msg", "tm: decode msg",
+        from radixlm.runtime.batch import StepOutput
+        from radixlm.runtime.request import build_req
+        from radixlm.runtime.sampling_params import SamplingParams
+
+        self.op = mods["runtime/output_processor.py"].OutputProcessor(tok, [tok.eos_token_id], 1 << 20)
+        self.reqs = []
+        for rid, c in cfg.items():
+            req = build_req(rid, [1] * 195 + c["prompt"], SamplingParams(max_new_tokens=1 << 20, stop=c["stop"]))
+            self.op.init_req(req)
+            self.reqs.append((req, [StepOutput(next_token_id=t) for t in c["out"]]))
+        self.slice = types.SimpleNamespace(start=0, end=0, sample=True, draft_ids=None)
+        self.n_step = 0
+        self.t = dict.fromkeys(("sched: output_processor.process", "detok: decode msg", "detok: detokenize", "detok: encode msg", "tm: decode msg",
                                 "tm: apply", "stream handler: result()"), 0.0)
 
     def _detok_old(self, batch):
@@ -131,6 +146,11 @@ class Run:
 
     def step(self, data: bytes) -> None:
         t, io, pc = self.t, self.io, time.perf_counter
+        k, s, process = self.n_step, self.slice, self.op.process
+        self.n_step += 1
+        t_op = pc()
+        for req, outs in self.reqs:
+            process(req, s, outs[k])
         t0 = pc()
         batch = io.decode(data)
         t1 = pc()
@@ -151,7 +171,7 @@ class Run:
             if st.rid in self.streamed:
                 self.streamed[st.rid].append(st.result()["text"])
         t6 = pc()
-        for k, v in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+        for k, v in zip(t, (t0 - t_op, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
             t[k] += v
 
 
@@ -177,7 +197,8 @@ def main() -> None:
             for data in msgs:
                 run.step(data)
             assert all(st.finished for st in run.states.values())
-            texts[name] = ({rid: st.text for rid, st in run.states.items()}, run.streamed)
+            texts[name] = ({rid: st.text for rid, st in run.states.items()}, run.streamed,
+                           [(req.detok.text, req.output_ids) for req, _ in run.reqs])
             b = best.setdefault(name, {})
             for k, v in run.t.items():
                 b[k] = min(b.get(k, float("inf")), v)
@@ -186,7 +207,7 @@ def main() -> None:
     print(f"{args.reqs} requests x {args.steps} steps; us per request-step, best of {args.repeat}; "
           f"base = {args.base}, current = working tree")
     print(f"| stage | base | current | speedup |\n|---|---:|---:|---:|")
-    tot = {name: sum(v for k, v in b.items() if not k.startswith("stream")) for name, b in best.items()}
+    tot = {name: sum(v for k, v in b.items() if k.startswith(("detok", "tm"))) for name, b in best.items()}
     for k in best["base"]:
         b, c = best["base"][k] / n * 1e6, best["current"][k] / n * 1e6
         print(f"| {k} | {b:.2f} | {c:.2f} | {b / c if c else float('inf'):.2f}x |")

@@ -52,6 +52,7 @@ class IncrementalDetokenizer:
         self.stop = list(stop)
         self.matched_stop: str | None = None
         self.stop_regex = [re.compile(p) for p in stop_regex or ()]
+        self._no_stop = not (self.stop or self.stop_regex)  # _add_text only appends
         self._pending: list[int] | None = [] if lazy and not (self.stop or self.stop_regex) else None
         self._flush_later = False
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -148,18 +149,23 @@ class IncrementalDetokenizer:
         return ""
 
 
-def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Sequence[Sequence[int]]) -> dict[int, Exception]:
+def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Sequence[Sequence[int]],
+                 single_cache: dict | None = None) -> dict[int, Exception]:
     """``detoks[i].append(t)`` for every ``t`` of ``new_ids[i]``, in order, with the same result,
     but decoding the windows of all requests in one ``decode_batch`` call per round (round ``k``
     takes every request's ``k``-th new id) and per tokenizer setting, instead of two ``decode``
-    calls per request and token. Returns ``{i: error}`` for the requests whose decoding raised
-    (their detokenizer is then unusable; the others are unaffected). A ``None`` detokenizer must
-    come with no ids."""
+    calls per request and token.
+
+    ``single_cache`` (a dict the caller keeps for detokenizers of one tokenizer, e.g. the
+    detokenizer process's): the texts of one-token windows (the usual prefix window, the last
+    emitted token) by setting and id, decoded once. Returns ``{i: error}`` for the requests whose
+    decoding raised (their detokenizer is then unusable; the others are unaffected). A ``None``
+    detokenizer must come with no ids."""
     failed: dict[int, Exception] = {}
     work = [(i, d, ids) for i, (d, ids) in enumerate(zip(detoks, new_ids)) if ids]
     k = 0
     while work:
-        groups: dict[tuple, tuple[list, list]] = {}
+        groups: dict[tuple, tuple[list, list, dict | None]] = {}
         later = []
         for item in work:
             i, d, ids = item
@@ -168,22 +174,51 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
                 continue
             g = groups.get(d._batch_key)
             if g is None:
-                g = groups[d._batch_key] = ([], [])
-            g[0].append((i, d))
-            g[1].extend(d._windows(ids[k]))
+                single = None if single_cache is None else single_cache.setdefault(d._batch_key, {})
+                g = groups[d._batch_key] = ([], [], single)
+            members, windows, single = g
+            window = d.ids
+            window.append(ids[k])
+            po, ro = d.prefix_offset, d.read_offset
+            if single is not None and ro - po == 1:
+                tid = window[po]
+                prefix = single.get(tid)
+                if prefix is None:  # NOTE: decoded with the others, then remembered
+                    members.append((i, d, len(windows), tid))
+                    windows.append(window[po:ro])
+                else:
+                    members.append((i, d, len(windows), prefix))
+            else:
+                members.append((i, d, len(windows), None))
+                windows.append(window[po:ro])
+            windows.append(window[po:])
             if len(ids) > k + 1:
                 later.append(item)
-        for members, windows in groups.values():
+        for members, windows, single in groups.values():
             try:
                 texts = members[0][1]._decode_many(windows)
             except Exception:  # NOTE: find who: decode them one by one
                 texts = None
-            for j, (i, d) in enumerate(members):
+            for i, d, w, prefix in members:
                 try:
                     if texts is None:
-                        d._advance(d._decode(windows[2 * j]), d._decode(windows[2 * j + 1]))
+                        if prefix.__class__ is not str:
+                            prefix = d._decode(windows[w])
+                            w += 1
+                        full = d._decode(windows[w])
                     else:
-                        d._advance(texts[2 * j], texts[2 * j + 1])
+                        if prefix.__class__ is not str:
+                            if prefix is not None:
+                                single[prefix] = texts[w]
+                            prefix = texts[w]
+                            w += 1
+                        full = texts[w]
+                    if len(full) > len(prefix) and not full.endswith("\ufffd"):
+                        d.prefix_offset, d.read_offset = d.read_offset, len(d.ids)
+                        if d._no_stop:
+                            d._text += full[len(prefix):]
+                        else:
+                            d._add_text(full[len(prefix):])
                 except Exception as e:
                     failed[i] = e
         work = [item for item in later if item[0] not in failed]

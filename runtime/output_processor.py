@@ -61,6 +61,9 @@ class OutputProcessor:
                                "(check temperature, penalties and the constraint)"}
         matcher = req.grammar_matcher
         drafts, draft_lps = out.accepted_draft_ids, out.accepted_draft_logprobs
+        if not drafts and matcher is None and not req.return_logprob:  # NOTE: the usual decode row
+            req.output_ids.append(token)
+            return self._check_finish(req, token)
         # NOTE: a verify step emits its accepted drafts first; tokens after a finish are dropped.
         for m, tok in enumerate([*drafts, token] if drafts else [token]):
             req.output_ids.append(tok)
@@ -138,7 +141,7 @@ class OutputProcessor:
             return {"type": "stop", "matched": None}
         if len(req.output_ids) >= sp.max_new_tokens:
             return {"type": "length", "length": sp.max_new_tokens}
-        if req.num_tokens >= self.context_len:
+        if len(req.origin_input_ids) + len(req.output_ids) >= self.context_len:  # req.num_tokens
             return {"type": "length", "length": len(req.output_ids)}
         return None
 

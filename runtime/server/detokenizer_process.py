@@ -41,6 +41,7 @@ class DetokenizerManager:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.states: dict[str, _State] = {}
+        self._single: dict = {}  # one-token window texts (append_batch's cache)
 
     def _state(self, rid: str, init: DetokInit | None) -> _State:
         st = self.states.get(rid)
@@ -97,11 +98,42 @@ class DetokenizerManager:
                 logger.exception("detokenizing %s failed", o.rid)
                 res.outputs.append(_abort(o.rid, e, o.prompt_tokens, o.cached_tokens, o.completion_tokens))
                 sts.append(None)
-        states, state = self.states, self._state
-        sts += [states.get(rid) or state(rid, None) for rid in rids]
-        ids_all = [o.new_output_ids if st is not None else () for o, st in zip(objs, sts)] + new_ids
-        failed = append_batch([st.detok if st is not None else None for st in sts], ids_all)
-        n_obj = len(objs)
+        n_obj, states, state = len(objs), self.states, self._state
+        plain_sts = [states.get(rid) or state(rid, None) for rid in rids]
+        failed = append_batch([st.detok if st is not None else None for st in sts] + [st.detok for st in plain_sts],
+                              [o.new_output_ids if st is not None else () for o, st in zip(objs, sts)] + new_ids,
+                              self._single)
+        texts: list[str | None] = []
+        for st in plain_sts:  # NOTE: the hot loop: the text appended since the previous output
+            detok = st.detok
+            text = detok._text if detok._pending is None else detok.text
+            sent = st.sent
+            if len(text) >= sent:
+                texts.append(text[sent:])
+                st.sent = len(text)
+            else:
+                texts.append(None)
+        if not failed and None not in texts:  # NOTE: the usual case: the columns go on as they came
+            res.plain_rids, res.plain_text, res.plain_new_ids = rids, texts, new_ids
+            res.plain_prompt_tokens, res.plain_cached_tokens, res.plain_completion_tokens = (
+                batch.plain_prompt_tokens, batch.plain_cached_tokens, batch.plain_completion_tokens)
+        else:
+            for j, (rid, text, ids, p, c, n) in enumerate(zip(rids, texts, new_ids, batch.plain_prompt_tokens,
+                                                              batch.plain_cached_tokens,
+                                                              batch.plain_completion_tokens)):
+                err = failed.get(n_obj + j)
+                if err is None and text is not None:
+                    res.add_plain(rid, text, ids, p, c, n)
+                    continue
+                try:
+                    if err is not None:
+                        raise err
+                    # NOTE: a stop string cut back text already sent: the cumulative text replaces it
+                    res.outputs.append(self._finish_obj(plain_sts[j], TokenIDOut(rid, ids, None, p, c, n)))
+                except Exception as e:  # NOTE: one bad decode must not stop the others
+                    logger.error("detokenizing %s failed: %s", rid, e)
+                    states.pop(rid, None)
+                    res.outputs.append(_abort(rid, e, p, c, n))
         for k, o in enumerate(objs):
             st = sts[k]
             if st is None:
@@ -109,45 +141,18 @@ class DetokenizerManager:
             try:
                 if k in failed:
                     raise failed[k]
+                text = st.detok.text
                 if (o.finish_reason is None and not o.new_input_logprobs and not o.new_output_logprobs
-                        and not o.spec_info and len(st.detok.text) >= st.sent):
-                    text = st.detok.text
+                        and not o.spec_info and len(text) >= st.sent):
                     res.add_plain(o.rid, text[st.sent:], o.new_output_ids, o.prompt_tokens, o.cached_tokens,
                                   o.completion_tokens)
                     st.sent = len(text)
                 else:
                     res.outputs.append(self._finish_obj(st, o))
             except Exception as e:  # NOTE: one bad decode must not stop the others
-                logger.exception("detokenizing %s failed", o.rid)
+                logger.error("detokenizing %s failed: %s", o.rid, e)
                 states.pop(o.rid, None)
                 res.outputs.append(_abort(o.rid, e, o.prompt_tokens, o.cached_tokens, o.completion_tokens))
-        p_rids, p_text, p_ids, p_prompt, p_cached, p_done = (res.plain_rids, res.plain_text, res.plain_new_ids,
-                                                           res.plain_prompt_tokens, res.plain_cached_tokens,
-                                                           res.plain_completion_tokens)
-        for j, (rid, ids, p, c, n) in enumerate(zip(rids, new_ids, batch.plain_prompt_tokens,
-                                                    batch.plain_cached_tokens, batch.plain_completion_tokens)):
-            st = sts[n_obj + j]
-            text = st.detok._text if st.detok._pending is None else st.detok.text
-            sent = st.sent
-            if n_obj + j in failed:
-                logger.error("detokenizing %s failed: %s", rid, failed[n_obj + j])
-                states.pop(rid, None)
-                res.outputs.append(_abort(rid, failed[n_obj + j], p, c, n))
-            elif len(text) >= sent:
-                p_rids.append(rid)
-                p_text.append(text[sent:] if sent else text)
-                p_ids.append(ids)
-                p_prompt.append(p)
-                p_cached.append(c)
-                p_done.append(n)
-                st.sent = len(text)
-            else:  # NOTE: a stop string cut back text already sent: the cumulative text replaces it
-                try:
-                    res.outputs.append(self._finish_obj(st, TokenIDOut(rid, ids, None, p, c, n)))
-                except Exception as e:
-                    logger.exception("detokenizing %s failed", rid)
-                    states.pop(rid, None)
-                    res.outputs.append(_abort(rid, e, p, c, n))
         return res
 
 
