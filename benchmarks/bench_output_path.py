@@ -26,6 +26,7 @@ import sys
 import time
 import types
 
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # NOTE: as in the detokenizer process
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = (
     "def fibonacci(n: int) -> int:\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n\n"

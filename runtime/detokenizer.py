@@ -26,6 +26,9 @@ class IncrementalDetokenizer:
         lazy: without stop strings or patterns, only record the ids and decode when :attr:`text`
             is read (the server's scheduler never reads it: the detokenizer process makes the
             text); :meth:`append` then returns "". Default False.
+        single_cache: a dict shared by the detokenizers of one tokenizer (e.g. one per scheduler
+            or detokenizer process) where the texts of one-token windows are kept (decoding is a
+            pure function of the ids; the prefix window is usually the last emitted token).
 
     Decoding goes straight to the Rust ``tokenizers`` backend of a fast tokenizer (the same
     string as ``tokenizer.decode``, at ~40% of its cost) unless the tokenizer cleans up
@@ -43,6 +46,7 @@ class IncrementalDetokenizer:
         stop: Sequence[str] = (),
         stop_regex: Sequence[str] = (),
         lazy: bool = False,
+        single_cache: dict | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = list(prompt_ids[-self._WINDOW :])
@@ -66,6 +70,8 @@ class IncrementalDetokenizer:
                 ids, skip_special_tokens=skip_special_tokens, spaces_between_special_tokens=spaces_between_special_tokens)
             self._decode_many = lambda seqs: [self._decode_fn(ids) for ids in seqs]
             self._batch_key = (id(tokenizer), skip_special_tokens, spaces_between_special_tokens)
+        # NOTE: texts of one-token windows (the usual prefix window: the last emitted token)
+        self._single: dict | None = None if single_cache is None else single_cache.setdefault(self._batch_key, {})
 
     @property
     def text(self) -> str:
@@ -92,7 +98,14 @@ class IncrementalDetokenizer:
 
     def _step(self, token_id: int) -> str:
         prefix_ids, full_ids = self._windows(token_id)
-        return self._advance(self._decode(prefix_ids), self._decode(full_ids))
+        single = self._single
+        if single is not None and len(prefix_ids) == 1:
+            prefix = single.get(prefix_ids[0])
+            if prefix is None:
+                prefix = single[prefix_ids[0]] = self._decode(prefix_ids)
+        else:
+            prefix = self._decode(prefix_ids)
+        return self._advance(prefix, self._decode(full_ids))
 
     def _windows(self, token_id: int) -> tuple[list[int], list[int]]:
         """Add one id (eager mode); returns the two windows :meth:`_advance` needs decoded."""
@@ -149,23 +162,19 @@ class IncrementalDetokenizer:
         return ""
 
 
-def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Sequence[Sequence[int]],
-                 single_cache: dict | None = None) -> dict[int, Exception]:
+def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Sequence[Sequence[int]]) -> dict[int, Exception]:
     """``detoks[i].append(t)`` for every ``t`` of ``new_ids[i]``, in order, with the same result,
     but decoding the windows of all requests in one ``decode_batch`` call per round (round ``k``
     takes every request's ``k``-th new id) and per tokenizer setting, instead of two ``decode``
-    calls per request and token.
-
-    ``single_cache`` (a dict the caller keeps for detokenizers of one tokenizer, e.g. the
-    detokenizer process's): the texts of one-token windows (the usual prefix window, the last
-    emitted token) by setting and id, decoded once. Returns ``{i: error}`` for the requests whose
-    decoding raised (their detokenizer is then unusable; the others are unaffected). A ``None``
+    calls per request and token (and one-token prefix windows from the detokenizer's
+    ``single_cache``, when it has one). Returns ``{i: error}`` for the requests whose decoding
+    raised (their detokenizer is then unusable; the others are unaffected). A ``None``
     detokenizer must come with no ids."""
     failed: dict[int, Exception] = {}
     work = [(i, d, ids) for i, (d, ids) in enumerate(zip(detoks, new_ids)) if ids]
     k = 0
     while work:
-        groups: dict[tuple, tuple[list, list, dict | None]] = {}
+        groups: dict[tuple, tuple[list, list]] = {}
         later = []
         for item in work:
             i, d, ids = item
@@ -174,12 +183,12 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
                 continue
             g = groups.get(d._batch_key)
             if g is None:
-                single = None if single_cache is None else single_cache.setdefault(d._batch_key, {})
-                g = groups[d._batch_key] = ([], [], single)
-            members, windows, single = g
+                g = groups[d._batch_key] = ([], [])
+            members, windows = g
             window = d.ids
             window.append(ids[k])
             po, ro = d.prefix_offset, d.read_offset
+            single = d._single
             if single is not None and ro - po == 1:
                 tid = window[po]
                 prefix = single.get(tid)
@@ -194,7 +203,7 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
             windows.append(window[po:])
             if len(ids) > k + 1:
                 later.append(item)
-        for members, windows, single in groups.values():
+        for members, windows in groups.values():
             try:
                 texts = members[0][1]._decode_many(windows)
             except Exception:  # NOTE: find who: decode them one by one
@@ -209,7 +218,7 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
                     else:
                         if prefix.__class__ is not str:
                             if prefix is not None:
-                                single[prefix] = texts[w]
+                                d._single[prefix] = texts[w]
                             prefix = texts[w]
                             w += 1
                         full = texts[w]

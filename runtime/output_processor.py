@@ -23,6 +23,7 @@ class OutputProcessor:
         self.eos = set(eos_token_ids)
         self.context_len = context_len
         self.jump_forward = jump_forward
+        self.single_cache: dict = {}  # one-token window texts, shared by this processor's detokenizers
 
     def init_req(self, req: Req) -> None:
         sp = req.sampling_params
@@ -44,6 +45,7 @@ class OutputProcessor:
             sp.stop,
             sp.stop_regex or (),
             lazy=True,  # NOTE: decoded only when the text is read (never in the server's scheduler)
+            single_cache=self.single_cache,
         )
 
     def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:

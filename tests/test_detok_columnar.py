@@ -152,18 +152,23 @@ def test_columnar_path_matches_per_request_path(tok, stream):
 def test_append_batch_equals_append(tok):
     """Batched windows give the texts of ``append`` one by one (UTF-8 split across tokens)."""
     ids = tok.encode(TEXT, add_special_tokens=False)
-    one = [IncrementalDetokenizer(tok, ids[:k]) for k in range(4)]
-    many = [IncrementalDetokenizer(tok, ids[:k]) for k in range(4)]
+    cache: dict = {}  # one-token window texts, shared (also by the eager `cached` ones)
+    one = [IncrementalDetokenizer(tok, ids[:k], stop=["zzz"] if k == 1 else ()) for k in range(4)]
+    cached = [IncrementalDetokenizer(tok, ids[:k], single_cache=cache) for k in range(4)]
+    many = [IncrementalDetokenizer(tok, ids[:k], stop=["zzz"] if k == 1 else (), single_cache=cache)
+            for k in range(4)]
     step = 0
     while step < len(ids):
         chunk = [ids[step:step + 1 + k % 3] for k in range(4)]
-        for d, c in zip(one, chunk):
+        for d, e, c in zip(one, cached, chunk):
             for t in c:
                 d.append(t)
+                e.append(t)
         assert append_batch(many, chunk) == {}
-        assert [d.text for d in one] == [d.text for d in many]
+        assert [d.text for d in one] == [d.text for d in many] == [d.text for d in cached]
         step += 3
     assert all(d.flush() == m.flush() and d.text == m.text for d, m in zip(one, many))
+    assert cache and all(v == tok.backend_tokenizer.decode([t]) for c in cache.values() for t, v in c.items())
     bad = [IncrementalDetokenizer(tok, []), IncrementalDetokenizer(tok, [])]
     failed = append_batch(bad, [[ids[0]], [-1]])
     assert list(failed) == [1] and isinstance(failed[1], OverflowError)

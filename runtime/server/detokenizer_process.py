@@ -6,6 +6,7 @@ as columns carrying their appended text)."""
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from multiprocessing.connection import Connection
 
@@ -41,14 +42,15 @@ class DetokenizerManager:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.states: dict[str, _State] = {}
-        self._single: dict = {}  # one-token window texts (append_batch's cache)
+        self._single: dict = {}  # one-token window texts (IncrementalDetokenizer's single_cache)
 
     def _state(self, rid: str, init: DetokInit | None) -> _State:
         st = self.states.get(rid)
         if st is None:
             init = init or DetokInit(prompt_tail=[], stop=[])
             detok = IncrementalDetokenizer(self.tokenizer, init.prompt_tail, init.skip_special_tokens,
-                                           init.spaces_between_special_tokens, init.stop, init.stop_regex)
+                                           init.spaces_between_special_tokens, init.stop, init.stop_regex,
+                                           single_cache=self._single)
             st = self.states[rid] = _State(detok, init.text_in_logprobs)
         return st
 
@@ -101,8 +103,7 @@ class DetokenizerManager:
         n_obj, states, state = len(objs), self.states, self._state
         plain_sts = [states.get(rid) or state(rid, None) for rid in rids]
         failed = append_batch([st.detok if st is not None else None for st in sts] + [st.detok for st in plain_sts],
-                              [o.new_output_ids if st is not None else () for o, st in zip(objs, sts)] + new_ids,
-                              self._single)
+                              [o.new_output_ids if st is not None else () for o, st in zip(objs, sts)] + new_ids)
         texts: list[str | None] = []
         for st in plain_sts:  # NOTE: the hot loop: the text appended since the previous output
             detok = st.detok
@@ -159,6 +160,9 @@ class DetokenizerManager:
 def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths, ready: Connection) -> None:
     """Process entry: load the tokenizer, report ready on ``ready``, then forward forever."""
     child_init(log_level, "detokenizer", paths.dir)
+    # NOTE: one step's windows are decoded in one decode_batch call; keep it on this process's
+    # core (no rayon pool spinning beside the scheduler) unless the user chose otherwise.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from transformers import AutoTokenizer
 
