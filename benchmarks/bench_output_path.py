@@ -128,6 +128,7 @@ class Run:
             self.reqs.append((req, [StepOutput(next_token_id=t) for t in c["out"]]))
         self.slice = types.SimpleNamespace(start=0, end=0, sample=True, draft_ids=None)
         self.n_step = 0
+        self.clock = time.perf_counter
         self.t = dict.fromkeys(("sched: output_processor.process", "detok: decode msg", "detok: detokenize", "detok: encode msg", "tm: decode msg",
                                 "tm: apply", "stream handler: result()"), 0.0)
 
@@ -146,7 +147,7 @@ class Run:
             tm._apply(out)
 
     def step(self, data: bytes) -> None:
-        t, io, pc = self.t, self.io, time.perf_counter
+        t, io, pc = self.t, self.io, self.clock
         k, s, process = self.n_step, self.slice, self.op.process
         self.n_step += 1
         t_op = pc()
@@ -183,6 +184,8 @@ def main() -> None:
     ap.add_argument("--base", default="f95d10b", help="baseline git revision")
     ap.add_argument("--repeat", type=int, default=3, help="best of N passes")
     ap.add_argument("--tokenizer", default=None, help="default: the default model's")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="cpu: this thread's CPU time (steadier on a shared machine); wall: perf_counter")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -195,6 +198,7 @@ def main() -> None:
         for name, mods in impls.items():
             msgs, cfg = make_steps(mods["runtime/server/io_struct.py"], tok, args.reqs, args.steps)
             run = Run(name, mods, tok, cfg)
+            run.clock = time.thread_time if args.clock == "cpu" else time.perf_counter
             for data in msgs:
                 run.step(data)
             assert all(st.finished for st in run.states.values())
@@ -205,7 +209,7 @@ def main() -> None:
                 b[k] = min(b.get(k, float("inf")), v)
     assert texts["base"] == texts["current"], "the output differs from the baseline's"
     n = args.reqs * args.steps
-    print(f"{args.reqs} requests x {args.steps} steps; us per request-step, best of {args.repeat}; "
+    print(f"{args.reqs} requests x {args.steps} steps; us ({args.clock} time) per request-step, best of {args.repeat}; "
           f"base = {args.base}, current = working tree")
     print(f"| stage | base | current | speedup |\n|---|---:|---:|---:|")
     tot = {name: sum(v for k, v in b.items() if k.startswith(("detok", "tm"))) for name, b in best.items()}
