@@ -116,6 +116,11 @@ class NgramDrafter:
             self.stats.spec_accepted_tokens += num_accepted
 
 
+# Up to this many requests, a verify batch writes req_to_token one slice (one copy kernel) per
+# request; beyond, one indexed write whose row/position indices cost a host-to-device copy.
+SLICE_WRITES_MAX_REQS = 3
+
+
 def kept_kv_len(start: int, num_accepted: int, num_tokens: int) -> int:
     """KV positions a verify slice starting at ``start`` keeps: its last token and the accepted
     drafts, but none past the tokens the request really has (a finish among the accepted drafts
@@ -228,11 +233,14 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
         sched.req_to_token_pool.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + total] = slots
         return ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(r, r.kv_len, r.kv_len + total, True, slots=host,
                                                            draft_ids=list(drafts[0]))], out_cache_loc=slots, verify=True)
-    rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
-    positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
-    sched.req_to_token_pool.write_batch(rows, positions, slots)
-    slices, off = [], 0
+    table, slices, off = sched.req_to_token_pool.req_to_token, [], 0
+    if len(reqs) > SLICE_WRITES_MAX_REQS:
+        rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
+        positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
+        sched.req_to_token_pool.write_batch(rows, positions, slots)
     for r, n, d in zip(reqs, lens, drafts):  # NOTE: each slice keeps its slots' host copy (settle)
+        if len(reqs) <= SLICE_WRITES_MAX_REQS:
+            table[r.req_pool_idx, r.kv_len : r.kv_len + n] = slots[off : off + n]
         slices.append(ReqSlice(r, r.kv_len, r.kv_len + n, True, slots=host[off : off + n], draft_ids=list(d)))
         off += n
     return ScheduleBatch(ForwardMode.EXTEND, slices, out_cache_loc=slots, verify=True)
