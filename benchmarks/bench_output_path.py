@@ -2,7 +2,8 @@
 result processing (``OutputProcessor.process``, lazy detokenization), the detokenizer
 process (decode the scheduler's message, detokenize, encode its message to the tokenizer manager)
 and the tokenizer manager (decode that message, apply it to the request states, wake the waiters),
-plus the streaming handler's read of a state (``ReqState.result``).
+plus the native streaming handler's event per update (``sse(ReqState.result())`` before,
+``ReqState.sse_chunk()`` where the tree has it; the handler in http_native.py uses the former).
 
 Synthetic decode steps: ``--reqs`` running requests for ``--steps`` steps, one new token each, the
 token ids of real text (English, code, accented and CJK text, emoji: UTF-8 characters split
@@ -130,7 +131,11 @@ class Run:
         self.n_step = 0
         self.clock = time.perf_counter
         self.t = dict.fromkeys(("sched: output_processor.process", "detok: decode msg", "detok: detokenize", "detok: encode msg", "tm: decode msg",
-                                "tm: apply", "stream handler: result()"), 0.0)
+                                "tm: apply", "stream handler: event"), 0.0)
+        from radixlm.runtime.server.http_native import sse
+
+        self.event = ((lambda st: st.sse_chunk()) if hasattr(tm_mod.ReqState, "sse_chunk")
+                      else (lambda st: sse(st.result())))
 
     def _detok_old(self, batch):
         io, dm = self.io, self.dm
@@ -171,7 +176,7 @@ class Run:
         while not q.empty():
             st = states[q.get_nowait()]
             if st.rid in self.streamed:
-                self.streamed[st.rid].append(st.result()["text"])
+                self.streamed[st.rid].append(self.event(st).split(', "e2e_latency"')[0])
         t6 = pc()
         for k, v in zip(t, (t0 - t_op, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
             t[k] += v

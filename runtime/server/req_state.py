@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+_JSON = json.JSONEncoder(ensure_ascii=False)  # NOTE: what json.dumps(obj, ensure_ascii=False) uses
+_escape = json.encoder.encode_basestring  # NOTE: the string encoder of ensure_ascii=False
 
 
 @dataclass(slots=True)
@@ -38,13 +42,17 @@ class ReqState:
     last_token_t: float | None = None
     version: int = 0
     stream: bool = True
+    # NOTE: sse_chunk's incremental JSON: the text and ids encoded so far
+    _sse_text: str = field(default="", init=False, repr=False)
+    _sse_text_json: str = field(default="", init=False, repr=False)
+    _sse_ids_n: int = field(default=0, init=False, repr=False)
+    _sse_ids_json: str = field(default="", init=False, repr=False)
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def result(self) -> dict:
-        """The native ``/generate`` response (cumulative)."""
+    def _meta(self) -> dict:
         reason = self.finish_reason
         if reason is not None and "status_code" in reason:
             reason = {k: v for k, v in reason.items() if k != "status_code"}
@@ -59,7 +67,45 @@ class ReqState:
             meta.update(input_token_logprobs=self.input_lp, output_token_logprobs=self.output_lp)
             if self.top_logprobs_num:
                 meta.update(input_top_logprobs=self.input_top, output_top_logprobs=self.output_top)
-        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": meta}
+        return meta
+
+    def result(self) -> dict:
+        """The native ``/generate`` response (cumulative)."""
+        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self._meta()}
+
+    def sse_chunk(self, index: int | None = None) -> str:
+        """The native streaming handler's event for :meth:`result` (with ``"index": index``
+        last when given): ``data: <json>`` and a blank line, the same string as
+        ``json.dumps(..., ensure_ascii=False)`` gives, but built incrementally: the JSON of the
+        text and of the ids is extended by what was added since the previous call instead of
+        re-encoding them (per step O(new output), not O(output); ``meta_info`` is encoded whole)."""
+        text, done = self.text, self._sse_text
+        if text is not done and text != done:
+            if not text.startswith(done):  # NOTE: replaced (a stop string cut it back): start over
+                done, self._sse_text_json = "", ""
+            # NOTE: JSON string escaping is per character: escape(a + b) == escape(a) + escape(b)
+            self._sse_text_json += _escape(text[len(done):])[1:-1]
+            self._sse_text = text
+        ids, n = self.output_ids, self._sse_ids_n
+        if len(ids) != n:
+            if len(ids) < n:
+                n, self._sse_ids_json = 0, ""
+            new = ", ".join(map(str, ids[n:]))  # NOTE: json.dumps writes an int as str() does
+            self._sse_ids_json = f"{self._sse_ids_json}, {new}" if n else new
+            self._sse_ids_n = len(ids)
+        tail = "" if index is None else f", \"index\": {_JSON.encode(index)}"
+        if self.spec_info or self.return_logprob:
+            meta = _JSON.encode(self._meta())
+        else:  # NOTE: _meta()'s keys in its order, as the encoder writes them (floats by repr)
+            reason = self.finish_reason
+            if reason is not None and "status_code" in reason:
+                reason = {k: v for k, v in reason.items() if k != "status_code"}
+            meta = (f'{{"id": {_escape(self.rid)}, "finish_reason": {"null" if reason is None else _JSON.encode(reason)}, '
+                    f'"prompt_tokens": {self.prompt_tokens}, "completion_tokens": {self.completion_tokens}, '
+                    f'"cached_tokens": {self.cached_tokens}, '
+                    f'"e2e_latency": {_JSON.encode(time.perf_counter() - self.t0)}}}')
+        return (f'data: {{"text": "{self._sse_text_json}", "output_ids": [{self._sse_ids_json}], '
+                f'"meta_info": {meta}{tail}}}\n\n')
 
 
 def observe_many(hist, values: list[float]) -> None:
