@@ -18,7 +18,8 @@ class DfaEngine:
 
     def __init__(self, dfa: ByteDFA, info: TokenizerInfo, regions: RegionCache, eager: bool = True) -> None:
         self.dfa = dfa
-        self.index = DfaIndex(dfa.trans, info.trie, info.mask_words, regions)
+        trie = info.walk_trie(dfa.trans)  # NOTE: the class trie when much smaller, with its own regions
+        self.index = DfaIndex(dfa.trans, trie, info.mask_words, regions if trie is info.trie else trie.regions)
         live = dfa.trans != 0
         count = live.sum(axis=1)
         self._forced = np.where(count == 1, live.argmax(axis=1), -1)

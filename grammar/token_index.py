@@ -16,6 +16,7 @@ tokens that leave it (a closing quote and what follows) are walked per state.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -59,20 +60,23 @@ def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.
 
 
 def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
-    """DFA state (0: dead) after every trie node's bytes, from ``start``: int32 ``[n_nodes]``."""
-    flat = trans.reshape(-1).astype(np.int32, copy=False)
-    st = np.zeros(trie.n_nodes, dtype=np.int32)
+    """DFA state (0: dead) after every trie node's bytes, from ``start``: int32 ``[n_nodes]``.
+
+    One gather per trie depth (``trans[parent state, byte]``), in place; stops at the first depth
+    with no live parent among few nodes (state 0 is absorbing, so large dead levels stay 0)."""
+    flat = trans.reshape(-1)
+    wide = trans.shape[0] >= 1 << 23  # NOTE: state * 256 + byte must fit int32
+    flat = flat.astype(np.int64 if wide else np.int32, copy=False)
+    st = np.zeros(trie.n_nodes, dtype=flat.dtype)
     st[0] = start
-    ds = trie.depth_start
-    for d in range(1, len(ds) - 1):
-        lo, hi = int(ds[d]), int(ds[d + 1])
-        if lo == hi:
+    for lo, hi, parent, byte in trie.levels():
+        par = st[parent]
+        if hi - lo < 2048 and not par.any():
             break
-        par = st[trie.parent[lo:hi]]
-        if not par.any():
-            break
-        st[lo:hi] = flat[par * 256 + trie.node_byte[lo:hi]]
-    return st
+        par <<= 8
+        par += byte
+        np.take(flat, par, out=st[lo:hi])
+    return st.astype(np.int32, copy=False)
 
 
 def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
@@ -81,6 +85,18 @@ def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     allowed[tokens] = True
     if trie.dup_token.size:
         allowed[trie.dup_token] |= allowed[trie.dup_of]
+    return np.packbits(allowed, bitorder="little").view(np.int32)
+
+
+def pack_nodes(alive: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
+    """int32 ``[words]`` bitmask of the tokens whose trie node is set in ``alive`` (bool
+    ``[n_nodes]``; the root is ignored). One gather over the vocabulary, byte-duplicates included
+    (they share a node): cheaper than :func:`pack_tokens` when most of the trie is alive."""
+    node = trie.token_node
+    allowed = np.zeros(words * 32, dtype=bool)
+    hit = alive[np.maximum(node, 0)]
+    hit &= node > 0
+    allowed[: node.size] = hit
     return np.packbits(allowed, bitorder="little").view(np.int32)
 
 
@@ -120,19 +136,22 @@ class RegionCache:
         self.capacity = capacity
         self.entries: OrderedDict[bytes, RegionEntry] = OrderedDict()
         self.hits = self.misses = 0
+        self._lock = threading.Lock()  # NOTE: compile threads and the scheduler share one cache
 
     def get(self, key: bytes) -> RegionEntry | None:
-        got = self.entries.get(key)
-        if got is not None:
-            self.entries.move_to_end(key)
-            self.hits += 1
-        return got
+        with self._lock:
+            got = self.entries.get(key)
+            if got is not None:
+                self.entries.move_to_end(key)
+                self.hits += 1
+            return got
 
     def put(self, key: bytes, entry: RegionEntry) -> None:
-        self.misses += 1
-        self.entries[key] = entry
-        if len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
+        with self._lock:
+            self.misses += 1
+            self.entries[key] = entry
+            if len(self.entries) > self.capacity:
+                self.entries.popitem(last=False)
 
 
 class DfaIndex:
@@ -314,7 +333,7 @@ class DfaIndex:
             if self.accept is not None:
                 b = np.nonzero(self.accept[st] & (st != 0))[0]
                 self.bounds[s] = b[b != 0]
-            return pack_tokens(self.trie.node_token[(st != 0) & (self.trie.node_token >= 0)], self.trie, self.words)
+            return pack_nodes(st != 0, self.trie, self.words)
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)
         canon = {s: 0}
@@ -363,9 +382,8 @@ class DfaIndex:
         local[1 : n + 1] = np.where(c >= 0, c + 1, np.where(c == -1, exit_state, 0))
         local[exit_state] = exit_state
         st = dense_walk(local, self.trie, 1)
-        tok_nodes = self.trie.node_token
         inside = (st >= 1) & (st <= n)
-        internal = pack_tokens(tok_nodes[inside & (tok_nodes >= 0)], self.trie, self.words)
+        internal = pack_nodes(inside, self.trie, self.words)
         par = st[self.trie.parent]
         par[0] = 0
         exits = np.nonzero((st == exit_state) & (par != exit_state))[0]

@@ -83,6 +83,7 @@ class TokenizerInfo:
     stop_token_ids: tuple[int, ...]
     special_ids: frozenset[int] = frozenset()
     _trie: TokenTrie | None = field(default=None, repr=False)
+    _class_tries: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.vocab_size < len(self.token_bytes):
@@ -141,6 +142,16 @@ class TokenizerInfo:
         if self._trie is None:
             self._trie = TokenTrie(self.token_bytes)
         return self._trie
+
+    def walk_trie(self, trans: np.ndarray) -> TokenTrie:
+        """The trie to walk the DFA ``trans`` (int ``[n_states, 256]``) against: the trie through
+        the DFA's byte classes when that is much smaller (:mod:`radixlm.grammar.class_trie`; it
+        carries its own ``regions`` cache), else :attr:`trie`. Cached per byte partition."""
+        from radixlm.grammar.class_trie import ClassTries
+
+        if self._class_tries is None:
+            self._class_tries = ClassTries()
+        return self._class_tries.get(self.trie, trans)
 
     def stop_mask(self) -> np.ndarray:
         """Packed int32 mask with only the stop tokens set."""

@@ -63,39 +63,54 @@ class TokenTrie:
             end_node[ends] = cur[ends]
             total += count
             depth_start.append(total)
-        self.n_nodes = total
-        self.max_depth = width
-        self.depth_start = np.asarray(depth_start, dtype=np.int64)
-        self.node_byte = np.concatenate(bytes_l).astype(np.int32)
-        parent = np.concatenate(parent_l)
-        self.child_lo = np.zeros(total, dtype=np.int32)
-        self.child_cnt = np.zeros(total, dtype=np.int32)
-        if total > 1:
-            kids = np.arange(1, total)
-            par = parent[1:]
-            cnt = np.bincount(par, minlength=total)
-            self.child_cnt[:] = cnt
-            first = np.full(total, 0, dtype=np.int64)
-            # parents are non-decreasing in BFS order, so each run starts at its first child.
-            starts = np.searchsorted(par, np.arange(total), side="left") + 1
-            first[:] = starts
-            self.child_lo[:] = np.where(cnt > 0, first, 0)
-            del kids
-        self.node_token = np.full(total, -1, dtype=np.int32)
-        self.token_node = np.full(len(token_bytes), -1, dtype=np.int32)
+        node_token = np.full(total, -1, dtype=np.int32)
+        token_node = np.full(len(token_bytes), -1, dtype=np.int32)
         dup_token: list[int] = []
         dup_of: list[int] = []
         for i, k in enumerate(keys):
             ids_k = by_bytes[k]
             node = int(end_node[i])
-            self.node_token[node] = ids_k[0]
+            node_token[node] = ids_k[0]
             for t in ids_k:
-                self.token_node[t] = node
+                token_node[t] = node
             for t in ids_k[1:]:
                 dup_token.append(t)
                 dup_of.append(ids_k[0])
+        self._set_structure(np.asarray(depth_start, dtype=np.int64), np.concatenate(parent_l),
+                            np.concatenate(bytes_l), node_token, token_node,
+                            np.asarray(dup_token, dtype=np.int64), np.asarray(dup_of, dtype=np.int64))
+
+    @classmethod
+    def from_structure(cls, depth_start: np.ndarray, parent: np.ndarray, node_byte: np.ndarray,
+                       node_token: np.ndarray, token_node: np.ndarray, dup_token: np.ndarray,
+                       dup_of: np.ndarray) -> "TokenTrie":
+        """A trie from its breadth-first arrays (see the class docstring; ``parent`` int
+        ``[n_nodes]``, root -1, non-decreasing within each depth)."""
+        self = cls.__new__(cls)
+        self._set_structure(depth_start, parent, node_byte, node_token, token_node, dup_token, dup_of)
+        return self
+
+    def _set_structure(self, depth_start, parent, node_byte, node_token, token_node, dup_token, dup_of) -> None:
+        total = int(depth_start[-1])
+        width = len(depth_start) - 2
+        parent = np.asarray(parent, dtype=np.int64)
+        self.n_nodes = total
+        self.max_depth = width
+        self.depth_start = np.asarray(depth_start, dtype=np.int64)
+        self.node_byte = np.asarray(node_byte).astype(np.int32)
+        self.node_token = np.asarray(node_token, dtype=np.int32)
+        self.token_node = np.asarray(token_node, dtype=np.int32)
         self.dup_token = np.asarray(dup_token, dtype=np.int64)
         self.dup_of = np.asarray(dup_of, dtype=np.int64)
+        self.child_lo = np.zeros(total, dtype=np.int32)
+        self.child_cnt = np.zeros(total, dtype=np.int32)
+        if total > 1:
+            par = parent[1:]
+            cnt = np.bincount(par, minlength=total)
+            self.child_cnt[:] = cnt
+            # parents are non-decreasing in BFS order, so each run starts at its first child.
+            starts = np.searchsorted(par, np.arange(total), side="left") + 1
+            self.child_lo[:] = np.where(cnt > 0, starts, 0)
         self.parent = parent.astype(np.int32)
         # subtree size of each depth-1 node, indexed by its byte (cost estimate of a walk).
         top = np.zeros(total, dtype=np.int64)
@@ -123,6 +138,18 @@ class TokenTrie:
         order = np.argsort(self.dup_of, kind="stable")
         self.dup_src = self.dup_of[order]
         self.dup_dst = self.dup_token[order]
+
+    def levels(self) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Per depth >= 1: ``(lo, hi, parent, byte)``, the node range ``[lo, hi)``, its parents
+        (intp) and last bytes (int32), for level-by-level walks (built once)."""
+        got = getattr(self, "_levels", None)
+        if got is None:
+            ds = self.depth_start
+            got = self._levels = [
+                (int(ds[d]), int(ds[d + 1]), self.parent[ds[d] : ds[d + 1]].astype(np.intp),
+                 self.node_byte[ds[d] : ds[d + 1]].astype(np.int32))
+                for d in range(1, len(ds) - 1) if ds[d + 1] > ds[d]]
+        return got
 
     def children(self, node: int) -> range:
         lo = int(self.child_lo[node])
