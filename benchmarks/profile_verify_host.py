@@ -32,6 +32,7 @@ Several ``--tree`` give a before/after table from one run (children alternate, `
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import statistics
@@ -65,7 +66,7 @@ class PhaseClock:
                 self.cur[phase] += dt - child
                 if self.stack:
                     self.stack[-1][1] += dt
-        timed.__wrapped__ = fn
+        timed.timed_fn = fn
         return timed
 
     def phase(self) -> str:
@@ -73,7 +74,9 @@ class PhaseClock:
 
 
 def patch(clock: PhaseClock, obj, name: str, phase: str) -> None:
+    """Time ``obj.name`` as ``phase`` (a module function timed for an earlier clock is re-wrapped)."""
     fn = getattr(obj, name, None)
+    fn = getattr(fn, "timed_fn", fn)
     if fn is None:
         print(f"note: {getattr(obj, '__name__', obj)}.{name} not found, not timed", file=sys.stderr)
         return
@@ -100,8 +103,6 @@ def emulate_graphs(runner, max_bs: int) -> None:
 
         def replay(self, *a, **k):  # the graph output buffers exist once replayed
             n = len(a[1] if len(a) > 1 else k["positions"])
-            import bisect
-
             bs = self.sizes[bisect.bisect_left(self.sizes, n)]
             if bs not in self.outputs:
                 self.outputs[bs] = torch.empty(bs, self.runner.cfg.vocab_size)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import bisect
 import gc
-from array import array
 import logging
+from array import array
 
 import torch
 

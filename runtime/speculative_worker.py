@@ -228,20 +228,18 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
     if got is None:
         return None
     slots, host = got
-    if len(reqs) == 1:  # NOTE: batch 1: one table slice, the whole host copy (no per-position lists)
-        r = reqs[0]
-        sched.req_to_token_pool.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + total] = slots
-        return ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(r, r.kv_len, r.kv_len + total, True, slots=host,
-                                                           draft_ids=list(drafts[0]))], out_cache_loc=slots, verify=True)
-    table, slices, off = sched.req_to_token_pool.req_to_token, [], 0
-    if len(reqs) > SLICE_WRITES_MAX_REQS:
+    pool, whole = sched.req_to_token_pool, len(reqs) == 1  # NOTE: batch 1: no slicing at all
+    per_slice_writes = len(reqs) <= SLICE_WRITES_MAX_REQS
+    if not per_slice_writes:
         rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
         positions = [r.kv_len + j for r, n in zip(reqs, lens) for j in range(n)]
-        sched.req_to_token_pool.write_batch(rows, positions, slots)
+        pool.write_batch(rows, positions, slots)
+    slices, off = [], 0
     for r, n, d in zip(reqs, lens, drafts):  # NOTE: each slice keeps its slots' host copy (settle)
-        if len(reqs) <= SLICE_WRITES_MAX_REQS:
-            table[r.req_pool_idx, r.kv_len : r.kv_len + n] = slots[off : off + n]
-        slices.append(ReqSlice(r, r.kv_len, r.kv_len + n, True, slots=host[off : off + n], draft_ids=list(d)))
+        if per_slice_writes:
+            pool.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + n] = slots if whole else slots[off : off + n]
+        cpu = host if whole else host[off : off + n]
+        slices.append(ReqSlice(r, r.kv_len, r.kv_len + n, True, slots=cpu, draft_ids=list(d)))
         off += n
     return ScheduleBatch(ForwardMode.EXTEND, slices, out_cache_loc=slots, verify=True)
 
