@@ -32,6 +32,21 @@ logger = logging.getLogger("radixlm.tokenizer_manager")
 DISCONNECT_POLL_S = 0.5
 
 
+_TIMEOUT = getattr(asyncio, "timeout", None)  # Python >= 3.11
+
+
+async def _get(queue: asyncio.Queue, timeout: float):
+    """``queue.get()`` within ``timeout`` seconds (else raises a TimeoutError): at once when an
+    item waits; else under ``asyncio.timeout``, which unlike ``wait_for`` (Python 3.11) starts no
+    task per call (one streaming update each)."""
+    if not queue.empty():
+        return queue.get_nowait()
+    if _TIMEOUT is None:
+        return await asyncio.wait_for(queue.get(), timeout)
+    async with _TIMEOUT(timeout):
+        return await queue.get()
+
+
 class RequestError(Exception):
     """A request the server refuses: ``status`` 400 (bad input) or 503 (overloaded)."""
 
@@ -292,8 +307,8 @@ class TokenizerManager:
         try:
             while pending:
                 try:
-                    idx = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
-                except asyncio.TimeoutError:
+                    idx = await _get(queue, DISCONNECT_POLL_S)
+                except (asyncio.TimeoutError, TimeoutError):
                     if request is not None and await request.is_disconnected():
                         logger.info("client disconnected; aborting %s", [states[i].rid for i in pending])
                         return
