@@ -103,6 +103,7 @@ class PrefillAdmission:
         # grow by each admitted request's; requests leave the queue in one pass after the loop.
         remaining = None
         taken: set[int] = set()
+        sharing: set = set()  # (match node, next tokens) of this batch's requests: see _admit
         for req in candidates:
             if budget <= 0 or self.chunked_req is not None:
                 break
@@ -121,7 +122,10 @@ class PrefillAdmission:
             if remaining is None:
                 remaining = sum(map(self._remaining_decode, self.running))
             own = self._remaining_decode(req)
-            if not self._admit(req, budget, remaining + own):
+            got = self._admit(req, budget, remaining + own, sharing)
+            if got is None:  # NOTE: shares an uncached prefix with a request of this batch
+                continue
+            if not got:
                 break
             remaining += own
             taken.add(id(req))
@@ -156,15 +160,26 @@ class PrefillAdmission:
         batch.num_decode = len(reqs)
         return slots
 
-    def _admit(self, req: Req, budget: int, remaining: int) -> bool:
+    def _admit(self, req: Req, budget: int, remaining: int, sharing: set | None = None) -> bool | None:
         """Match the prefix, lock it, take a req_to_token row. False when KV is short.
 
         ``remaining``: tokens the running requests, those admitted this step and ``req`` may still
-        generate (a share ``new_token_ratio`` of them stays reserved)."""
+        generate (a share ``new_token_ratio`` of them stays reserved).
+        ``sharing``: keys of the requests admitted this step; None (nothing taken) when ``req``'s
+        next ``in_batch_prefix_threshold`` uncached tokens, after the same cache node, are those of
+        one of them: it waits a step and then finds that prefix cached instead of computing it
+        again (SGLang's in-batch prefix caching; the cache-aware policies already order the queue
+        so, this also covers ``fcfs`` and the long-queue fallback of ``lpm``)."""
         ids = req_ids(req)
         match = self.tree_cache.match_prefix(ids, end=self._match_cap(req), hint=self.policy.hint_for(req))
         prefix_len = len(match.indices)
         extend = req.num_tokens - prefix_len
+        threshold = self.policy.in_batch_prefix_threshold
+        if sharing is not None and threshold > 0 and extend > threshold and not self.tree_cache.disabled:
+            key = (id(match.last_node), tuple(ids[prefix_len : prefix_len + threshold]))
+            if key in sharing:
+                return None
+            sharing.add(key)
         need = min(extend, budget) + int(remaining * self.new_token_ratio)
         self.tree_cache.inc_lock_ref(match.last_node)
         if need > self._available() or self.req_to_token_pool.available_size() == 0:

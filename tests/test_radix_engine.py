@@ -79,3 +79,16 @@ def test_flush_cache_refused_while_busy(tiny_llama):
         assert e.flush_cache() is False
         list(stream)
         assert e.flush_cache() is True
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm"])
+def test_in_batch_prefix_computed_once(tiny_llama, reference, policy):
+    """Requests arriving together with a shared uncached prefix: one computes it, the others wait
+    a step and find it cached (in-batch prefix caching), also under fcfs (and lpm's long-queue
+    fcfs fallback); outputs unchanged."""
+    prefix, prompts = shared_prefix_prompts()
+    with Engine(tiny_llama, device="cpu", max_total_tokens=4096, schedule_policy=policy) as e:
+        outs = e.generate(input_ids=prompts, sampling_params=GREEDY)
+        assert [o["output_ids"] for o in outs] == reference
+        cached = sorted(o["meta_info"]["cached_tokens"] for o in outs)
+        assert cached[0] == 0 and all(c >= len(prefix) for c in cached[1:]), cached

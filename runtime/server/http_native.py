@@ -238,14 +238,11 @@ def create_app(tm: TokenizerManager) -> FastAPI:
             async def events():
                 try:
                     async for st in tm.updates(states, queue, request):
-                        out = st.result()
-                        if len(states) > 1:
-                            out["index"] = st.index
                         reason = st.finish_reason or {}
                         if reason.get("status_code"):
                             yield sse(error_body(reason.get("message", "bad request"), reason["status_code"]))
-                        else:
-                            yield sse(out)
+                        else:  # NOTE: sse(result()) built incrementally (O(new output) per event)
+                            yield st.sse_chunk(st.index if len(states) > 1 else None)
                     yield "data: [DONE]\n\n"
                 finally:
                     tm.abort_unfinished(states)
