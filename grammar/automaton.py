@@ -17,12 +17,11 @@ from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.ast import Node
 from radixlm.grammar.byte_dfa import ByteDFA, trim as _trim  # noqa: F401 (re-exported)
-from radixlm.grammar.trie import expand
+from radixlm.grammar.determinize import MAX_DFA_STATES, determinize as _determinize  # noqa: F401
 from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
 from radixlm.grammar.utf8 import utf8_sequences
 
 MAX_NFA_STATES = 400_000
-MAX_DFA_STATES = 100_000
 ANY: Node = ("rep", ("set", ((0, MAX_CP),)), 0, None)
 
 
@@ -32,6 +31,7 @@ class _NFA:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.shared: dict[object, tuple[int, int]] = {}
         self.gates: list[int] = []  # states whose epsilon edges enter a cold branch
+        self.blocks: list[tuple[int, ByteDFA]] = []  # embedded DFAs: (first NFA state, DFA)
         self.dead_ends = False  # an empty set or language was built: some states may be dead
 
     def new(self) -> int:
@@ -95,6 +95,7 @@ class _NFA:
         base = len(self.eps)
         for _ in range(dfa.n_states):
             self.new()
+        self.blocks.append((base, dfa))
         end = self.new()
         for s, runs in enumerate(dfa.runs()):
             if runs:
@@ -151,131 +152,6 @@ class _NFA:
             e = b
         self.eps[e].append(end)
         return s, end
-
-
-def _determinize(nfa: _NFA, start: int, final: int) -> ByteDFA:
-    """Subset construction over byte ranges; DFA states are frozensets of "important" NFA states
-    (those with byte edges, and the final state)."""
-    n = len(nfa.eps)
-    closure: list[frozenset[int] | None] = [None] * n
-    eps, nedges = nfa.eps, nfa.edges
-
-    def close(i: int) -> frozenset[int]:
-        got = closure[i]
-        if got is not None:
-            return got
-        seen = {i}
-        stack = [i]
-        out: list[int] = []
-        while stack:
-            x = stack.pop()
-            done = closure[x]
-            if done is not None:  # NOTE: a finished closure is taken whole, not walked again
-                out.extend(done)
-                continue
-            if nedges[x] or x == final:
-                out.append(x)
-            for y in eps[x]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        got = closure[i] = frozenset(out)
-        return got
-
-    row_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
-
-    def row_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
-        """The byte ranges of NFA state ``i`` as disjoint ranges, each with its target set."""
-        got = row_cache[i]
-        if got is None:
-            got = row_cache[i] = _disjoint([(lo, hi, close(t)) for lo, hi, t in nedges[i]])
-        return got
-
-    hot_nfa = _hot_states(nfa, start) if nfa.gates else None
-    start_set = close(start)
-    ids: dict[frozenset[int], int] = {start_set: 1}
-    order = [start_set]
-    rows: list[list[tuple[int, int, int]]] = []
-    accept = [False]
-    k = 0
-    work = 0  # NOTE: budget units: set members and edges handled (a large subset costs more)
-    while k < len(order):
-        cur = order[k]
-        k += 1
-        accept.append(final in cur)
-        if len(cur) == 1:
-            edges = row_of(next(iter(cur)))
-        else:
-            edges = _disjoint([e for i in cur for e in row_of(i)])
-            work += sum(map(len, (e[2] for e in edges)))
-        work += len(cur) + 2 * len(edges)
-        if work > 4096:
-            check_budget("determinizing an automaton", work)
-            work = 0
-        row: list[tuple[int, int, int]] = []
-        for lo, hi, tgt in edges:
-            d = ids.get(tgt)
-            if d is None:
-                d = ids[tgt] = len(order) + 1
-                order.append(tgt)
-                if len(order) > MAX_DFA_STATES:
-                    raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
-            row.append((lo, hi, d))
-        rows.append(row)
-    trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
-    flat = [(d, lo, hi, t) for d, row in enumerate(rows, start=1) for lo, hi, t in row]
-    if flat:
-        runs = np.asarray(flat, dtype=np.int64)
-        width = runs[:, 2] - runs[:, 1] + 1
-        cols, owner = expand(runs[:, 1], width)
-        trans[runs[owner, 0], cols] = runs[owner, 3]
-    hot = None
-    if hot_nfa is not None:
-        hot = np.asarray([False] + [any(hot_nfa[i] for i in key) for key in order], dtype=bool)
-    # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
-    # every DFA state (a non-empty set of them) is live: nothing to trim.
-    return _trim(trans, np.asarray(accept, dtype=bool), hot, check=nfa.dead_ends)
-
-
-def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:
-    """Byte-range edges as disjoint ranges in byte order (overlaps: the union of the targets)."""
-    edges.sort(key=lambda e: e[0])
-    if all(edges[j][0] > edges[j - 1][1] for j in range(1, len(edges))):
-        return edges
-    cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
-    out = []
-    active: list[tuple[int, int, frozenset[int]]] = []
-    j = 0
-    for a, b in zip(cuts, cuts[1:]):
-        while j < len(edges) and edges[j][0] == a:
-            active.append(edges[j])
-            j += 1
-        active = [e for e in active if e[1] >= a]
-        if active:
-            tgt = active[0][2] if len(active) == 1 else frozenset().union(*(e[2] for e in active))
-            out.append((a, b - 1, tgt))
-    return out
-
-
-def _hot_states(nfa: _NFA, start: int) -> list[bool]:
-    """NFA states reachable from ``start`` without entering a cold branch (a gate's edges)."""
-    gate = [False] * len(nfa.eps)
-    for g in nfa.gates:
-        gate[g] = True
-    hot = [False] * len(nfa.eps)
-    hot[start] = True
-    stack = [start]
-    while stack:
-        x = stack.pop()
-        if gate[x]:
-            continue
-        nxt = list(nfa.eps[x])
-        nxt.extend(t for _, _, t in nfa.edges[x])
-        for y in nxt:
-            if not hot[y]:
-                hot[y] = True
-                stack.append(y)
-    return hot
 
 
 _MEMO: "OrderedDict[Node, ByteDFA]" = OrderedDict()

@@ -10,45 +10,52 @@ from radixlm.grammar.errors import GrammarError
 
 
 def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
-    """``mode``: ``"and"`` (both accept) or ``"diff"`` (a accepts, b does not)."""
+    """``mode``: ``"and"`` (both accept) or ``"diff"`` (a accepts, b does not).
+
+    Breadth-first over the reachable state pairs, one level at a time: the rows of a whole level
+    are computed together (numpy), only new pairs are numbered in Python."""
     if mode not in ("and", "diff"):
         raise ValueError(mode)
     if a.start == 0 or (mode == "and" and b.start == 0):
         return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
     nb = b.n_states
     ta, tb = a.trans.astype(np.int64), b.trans.astype(np.int64)
-    ids: dict[int, int] = {a.start * nb + b.start: 1}
-    order = [a.start * nb + b.start]
+    start = a.start * nb + b.start
+    ids: dict[int, int] = {start: 1}
+    order = [start]
     rows: list[np.ndarray] = []
-    accept = [False]
-    k = 0
-    while k < len(order):
-        code = order[k]
-        k += 1
-        sa, sb = divmod(code, nb)
-        accept.append(bool(a.accept[sa] and (b.accept[sb] if mode == "and" else not b.accept[sb])))
-        codes = ta[sa] * nb + tb[sb]
-        dead = (ta[sa] == 0) | ((tb[sb] == 0) if mode == "and" else False)
+    frontier = np.asarray([start], dtype=np.int64)
+    while frontier.size:
+        ra, rb = ta[frontier // nb], tb[frontier % nb]
+        codes = ra * nb + rb
+        dead = ra == 0
+        if mode == "and":
+            dead |= rb == 0
+        codes[dead] = 0
         uniq, inv = np.unique(codes, return_inverse=True)
         mapped = np.zeros(uniq.size, dtype=np.int32)
+        fresh = []
         for j, c in enumerate(uniq.tolist()):
-            if c // nb == 0 or (mode == "and" and c % nb == 0):
+            if c == 0:
                 continue
             d = ids.get(c)
             if d is None:
                 d = ids[c] = len(order) + 1
                 order.append(c)
-                if len(order) > MAX_DFA_STATES:
-                    raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
-                if not len(order) & 255:
-                    check_budget("intersecting automata", 256 * 12)
+                fresh.append(c)
             mapped[j] = d
-        row = mapped[inv]
-        row[dead] = 0
-        rows.append(row)
+        if len(order) > MAX_DFA_STATES:
+            raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+        check_budget("intersecting automata", 12 * frontier.size + 4 * len(fresh) + 20)
+        rows.append(mapped[inv.reshape(-1)].reshape(codes.shape))
+        frontier = np.asarray(fresh, dtype=np.int64)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
-    trans[1:] = np.stack(rows)
-    return _trim(trans, np.asarray(accept, dtype=bool))
+    trans[1:] = np.concatenate(rows)
+    pairs = np.asarray(order, dtype=np.int64)
+    acc_b = b.accept[pairs % nb]
+    accept = np.zeros(len(order) + 1, dtype=bool)
+    accept[1:] = a.accept[pairs // nb] & (acc_b if mode == "and" else ~acc_b)
+    return _trim(trans, accept)
 
 
 def union(dfas: list[ByteDFA]) -> ByteDFA:

@@ -55,6 +55,7 @@ class ContainerMixin:
     colon: Node
     inner: Node
     obj_depth: int
+    grammar_mode: bool
 
     def array(self, s: dict) -> Node:
         items = s.get("items")
@@ -160,6 +161,16 @@ class ContainerMixin:
                 out.append(cat(("dfa", key), self.colon, value))
         return alt(*out)
 
+    def _pair(self, kv: Node) -> Node:
+        """A declared ``key: value`` pair as an embedded DFA (memoized per process by its AST; cold
+        states of a nested object stay cold): the any-order copies of an object, and the objects
+        around it, copy its states in bulk instead of determinizing them again. In grammar mode
+        (large or recursive schemas) pairs stay ASTs."""
+        if self.grammar_mode or self.walk.has_ref(kv):
+            return kv
+        got = dfa_from_ast(kv)
+        return ("dfa", got) if got.start else NOTHING
+
     def extra_value(self) -> Node:
         """The value of an implicit additional property (see ``IMPLICIT``): any JSON value, in a
         single-DFA schema nested at most ``EXTRA_DEPTH_ROOT`` levels in an outermost object and
@@ -197,7 +208,7 @@ class ContainerMixin:
         lo_p = int(s.get("minProperties", 0))
         hi_p = s.get("maxProperties")
         hi_p = None if hi_p is None else int(hi_p)
-        entries = []
+        entries, sizes = [], []  # sizes: of each pair's AST (see _any_order)
         depth = self.obj_depth
         self.obj_depth = depth + 1
         try:
@@ -214,7 +225,9 @@ class ContainerMixin:
                 if k in required:
                     return NOTHING
                 continue
-            entries.append((cat(string_literal(k), self.colon, node), k in required))
+            kv = cat(string_literal(k), self.colon, node)
+            sizes.append(self.walk.size(kv))
+            entries.append((self._pair(kv), k in required))
         extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)
         if addl is IMPLICIT:
             extra_kv = cold(extra_kv)  # NOTE: undeclared keys are rare in outputs: masks on first visit
@@ -267,13 +280,13 @@ class ContainerMixin:
                 tails[key] = ("share", (uid, "x", key), node) if node not in (EMPTY, NOTHING) else node
             return tails[key]
 
-        order_free = self._any_order(entries, shared_extras, uid, hi_p)
+        order_free = self._any_order(entries, sizes, shared_extras, uid, hi_p)
         body = order_free if order_free is not None else first(0)
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
 
-    def _any_order(self, entries: list[tuple[Node, bool]], extras: Any, uid: int,
+    def _any_order(self, entries: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
                    hi_p: int | None) -> Node | None:
         """The object body with the declared ``entries`` (``(key: value node, required)``) in any
         order, each at most once, every required one present, then the undeclared pairs
@@ -285,7 +298,6 @@ class ContainerMixin:
         n = len(entries)
         if n < 2 or n > ANY_ORDER_MAX:
             return None
-        sizes = [self.walk.size(kv) for kv, _ in entries]
         if sum(sizes) * ((1 << (n - 1)) - 1) > ANY_ORDER_BUDGET:  # the copies beyond schema order
             return None
         need = sum(1 << i for i, (_, req) in enumerate(entries) if req)

@@ -273,16 +273,26 @@ class SchemaConverter(ContainerMixin, NotMixin):
 
     def typed(self, schema: dict, t: str, extra: dict) -> Node:
         if t == "null":
-            return lit("null")
+            return _leaf(lit("null"))
         if t == "boolean":
-            return alt(lit("true"), lit("false"))
+            return _leaf(alt(lit("true"), lit("false")))
         if t in ("integer", "number"):
-            return number_node(schema, extra, t == "integer")
+            return _leaf(number_node(schema, extra, t == "integer"))
         if t == "string":
-            return string_node(schema, extra)
+            return _leaf(string_node(schema, extra))
         if t == "array":
             return self.array(schema)
         return self.object(schema)
+
+
+def _leaf(node: Node) -> Node:
+    """A scalar value as an embedded DFA (memoized per process by its AST): an object built
+    around it copies the DFA's states in bulk instead of determinizing them again (see
+    :mod:`radixlm.grammar.determinize`)."""
+    if node in (EMPTY, NOTHING) or node[0] == "dfa":
+        return node
+    got = dfa_from_ast(node)
+    return ("dfa", got) if got.start else NOTHING
 
 
 class _Recursive(Exception):

@@ -1,0 +1,236 @@
+"""Subset construction: byte NFA (:class:`radixlm.grammar.automaton._NFA`) -> trimmed byte DFA.
+
+DFA states are frozensets of "important" NFA states (those with byte edges, and the final state).
+Embedded DFAs (``("dfa", d)`` nodes, copied into the NFA as blocks of states) are determinized in
+bulk: a DFA state that is one non-accepting state of a block only ever leads to other such states
+or to the block's accepting states (the only ones with epsilon edges out of the block), so every
+non-accepting block state reachable from it without crossing an accepting one becomes a DFA state
+at once, its transition row copied from the embedded DFA's table by numpy. Only the accepting
+states (merged with what follows the block) go through the general construction.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+
+from radixlm.grammar.budget import check_budget
+from radixlm.grammar.byte_dfa import ByteDFA, trim
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.trie import expand
+
+MAX_DFA_STATES = 100_000
+
+
+def determinize(nfa, start: int, final: int) -> ByteDFA:
+    """The trimmed DFA of ``nfa`` from ``start`` to ``final`` (see the module docstring);
+    ``hot`` marks DFA states holding an NFA state reachable without entering a cold branch."""
+    n = len(nfa.eps)
+    closure: list[frozenset[int] | None] = [None] * n
+    eps, nedges = nfa.eps, nfa.edges
+
+    def close(i: int) -> frozenset[int]:
+        got = closure[i]
+        if got is not None:
+            return got
+        seen = {i}
+        stack = [i]
+        out: list[int] = []
+        while stack:
+            x = stack.pop()
+            done = closure[x]
+            if done is not None:  # NOTE: a finished closure is taken whole, not walked again
+                out.extend(done)
+                continue
+            if nedges[x] or x == final:
+                out.append(x)
+            for y in eps[x]:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        got = closure[i] = frozenset(out)
+        return got
+
+    row_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
+
+    def row_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
+        """The byte ranges of NFA state ``i`` as disjoint ranges, each with its target set."""
+        got = row_cache[i]
+        if got is None:
+            got = row_cache[i] = _disjoint([(lo, hi, close(t)) for lo, hi, t in nedges[i]])
+        return got
+
+    hot_nfa = _hot_states(nfa, start) if nfa.gates or any(d.hot is not None for _, d in nfa.blocks) else None
+    blocks = nfa.blocks
+    bases = [b[0] for b in blocks]
+    # NOTE: per NFA state: the DFA id of its closure, for block states (0: not assigned yet)
+    single_id = np.zeros(n + 1, dtype=np.int32) if blocks else None
+    ids: dict[frozenset[int], int] = {}
+    queue: list[tuple[int, frozenset[int]]] = []  # general DFA states, rows still to build
+    flat: list[int] = []  # (DFA id, lo, hi, target) of every general row's byte runs
+    accepting: list[int] = []
+    bulk: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (ids, rows, NFA states) copied
+    count = [0]
+
+    def add(tgt: frozenset[int]) -> int:
+        d = ids[tgt] = count[0] = count[0] + 1
+        queue.append((d, tgt))
+        if final in tgt:
+            accepting.append(d)
+        if d > MAX_DFA_STATES:
+            raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+        return d
+
+    def from_block(x: int) -> int:
+        """DFA id of ``{x}`` for a non-accepting block state ``x`` (0: ``x`` is not one): the
+        block's states reachable from ``x`` through non-accepting ones get their ids and rows at
+        once, copied from the embedded DFA."""
+        j = bisect_right(bases, x) - 1
+        if j < 0:
+            return 0
+        base, dfa = blocks[j]
+        t = x - base
+        if t >= dfa.n_states or dfa.accept[t]:
+            return 0
+        got = int(single_id[x])
+        if got:
+            return got
+        inner, barrier = _reach(dfa, t)
+        nfa_states = inner + base
+        fresh = nfa_states[single_id[nfa_states] == 0]
+        first = count[0] + 1
+        count[0] += fresh.size
+        if count[0] > MAX_DFA_STATES:
+            raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
+        single_id[fresh] = np.arange(first, count[0] + 1, dtype=np.int32)
+        for a in barrier:
+            if not single_id[base + a]:
+                key = close(base + a)
+                d = ids.get(key)
+                single_id[base + a] = d if d is not None else add(key)
+        lut = single_id[base : base + dfa.n_states]
+        bulk.append((single_id[fresh], lut[dfa.trans[fresh - base]], fresh))
+        check_budget("determinizing an automaton", 2 * fresh.size + len(barrier) + 10)
+        return int(single_id[x])
+
+    def target(tgt: frozenset[int]) -> int:
+        d = ids.get(tgt)
+        if d is None:
+            if len(tgt) == 1 and blocks:
+                d = from_block(next(iter(tgt)))
+                if d:
+                    return d
+            d = add(tgt)
+        return d
+
+    if target(close(start)) != 1:
+        raise AssertionError("the start state must be DFA state 1")
+    k = 0
+    work = 0  # NOTE: budget units: set members and edges handled (a large subset costs more)
+    while k < len(queue):
+        d, cur = queue[k]
+        k += 1
+        if len(cur) == 1:
+            edges = row_of(next(iter(cur)))
+        else:
+            edges = _disjoint([e for i in cur for e in row_of(i)])
+            work += sum(map(len, (e[2] for e in edges)))
+        work += len(cur) + 2 * len(edges)
+        if work > 4096:
+            check_budget("determinizing an automaton", work)
+            work = 0
+        for lo, hi, tgt in edges:
+            flat += (d, lo, hi, target(tgt))
+    n_ids = count[0] + 1
+    trans = np.zeros((n_ids, 256), dtype=np.int32)
+    if flat:
+        runs = np.array(flat, dtype=np.int64).reshape(-1, 4)
+        width = runs[:, 2] - runs[:, 1] + 1
+        cols, owner = expand(runs[:, 1], width)
+        trans[runs[owner, 0], cols] = runs[owner, 3]
+    for src, block, _ in bulk:
+        trans[src] = block
+    accept = np.zeros(n_ids, dtype=bool)
+    accept[accepting] = True
+    hot = None
+    if hot_nfa is not None:
+        hot = np.zeros(n_ids, dtype=bool)
+        for d, key in queue:
+            hot[d] = any(hot_nfa[i] for i in key)
+        if bulk:
+            hot_arr = np.asarray(hot_nfa, dtype=bool)
+            for src, _, states in bulk:
+                hot[src] = hot_arr[states]
+    # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
+    # every DFA state (a non-empty set of them) is live: nothing to trim.
+    return trim(trans, accept, hot, check=nfa.dead_ends)
+
+
+def _reach(dfa: ByteDFA, t: int) -> tuple[np.ndarray, list[int]]:
+    """States of ``dfa`` reachable from the non-accepting state ``t`` through non-accepting
+    states (``t`` first), and the accepting states they lead to; cached on the DFA."""
+    cache = dfa.__dict__.setdefault("_reach_cache", {})
+    got = cache.get(t)
+    if got is None:
+        runs = dfa.runs()
+        acc = dfa.accept
+        seen = {t}
+        inner = [t]
+        barrier = []
+        k = 0
+        while k < len(inner):
+            for _, _, u in runs[inner[k]]:
+                if u not in seen:
+                    seen.add(u)
+                    (barrier if acc[u] else inner).append(u)
+            k += 1
+        got = cache[t] = (np.asarray(inner, dtype=np.int64), barrier)
+    return got
+
+
+def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:
+    """Byte-range edges as disjoint ranges in byte order (overlaps: the union of the targets)."""
+    edges.sort(key=lambda e: e[0])
+    if all(edges[j][0] > edges[j - 1][1] for j in range(1, len(edges))):
+        return edges
+    cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
+    out = []
+    active: list[tuple[int, int, frozenset[int]]] = []
+    j = 0
+    for a, b in zip(cuts, cuts[1:]):
+        while j < len(edges) and edges[j][0] == a:
+            active.append(edges[j])
+            j += 1
+        active = [e for e in active if e[1] >= a]
+        if active:
+            tgt = active[0][2] if len(active) == 1 else frozenset().union(*(e[2] for e in active))
+            out.append((a, b - 1, tgt))
+    return out
+
+
+def _hot_states(nfa, start: int) -> list[bool]:
+    """NFA states reachable from ``start`` without entering a cold branch (a gate's edges, or a
+    state an embedded DFA marks cold)."""
+    gate = [False] * len(nfa.eps)
+    for g in nfa.gates:
+        gate[g] = True
+    cold = [False] * len(nfa.eps)  # NOTE: an embedded DFA's own cold states stay cold
+    for base, dfa in nfa.blocks:
+        if dfa.hot is not None:
+            for s in np.nonzero(~dfa.hot)[0].tolist():
+                cold[base + s] = True
+    hot = [False] * len(nfa.eps)
+    hot[start] = True
+    stack = [start]
+    while stack:
+        x = stack.pop()
+        if gate[x]:
+            continue
+        nxt = list(nfa.eps[x])
+        nxt.extend(t for _, _, t in nfa.edges[x])
+        for y in nxt:
+            if not hot[y] and not cold[y]:
+                hot[y] = True
+                stack.append(y)
+    return hot
