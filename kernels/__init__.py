@@ -17,6 +17,7 @@ compute_cos_sin_cache,    ``rotary.py`` (HF neox convention, linear / llama3 sca
 apply_rotary
 silu_and_mul              ``activation.py``
 apply_token_bitmask       ``bitmask.py`` (in place; ``indices`` picks logits rows)
+linear                    ``gemv.py`` (skinny GEMM for decode, behind ``RADIXLM_SKINNY_GEMM``)
 ========================  ====================================================================
 """
 
@@ -26,6 +27,7 @@ import importlib
 import os
 
 import torch
+import torch.nn.functional as F
 
 from radixlm.kernels._triton import HAS_TRITON, interpreter_ready
 
@@ -37,6 +39,7 @@ _act = importlib.import_module("radixlm.kernels.activation")
 _bitmask = importlib.import_module("radixlm.kernels.bitmask")
 _decode = importlib.import_module("radixlm.kernels.decode_attention")
 _extend = importlib.import_module("radixlm.kernels.extend_attention")
+_gemv = importlib.import_module("radixlm.kernels.gemv")
 _norm = importlib.import_module("radixlm.kernels.rmsnorm")
 _rotary = importlib.import_module("radixlm.kernels.rotary")
 _store = importlib.import_module("radixlm.kernels.store_kv")
@@ -54,6 +57,8 @@ __all__ = [
     "apply_rotary",
     "silu_and_mul",
     "apply_token_bitmask",
+    "linear",
+    "set_skinny_gemm",
 ]
 
 
@@ -105,6 +110,33 @@ def silu_and_mul(x):
 def apply_token_bitmask(logits, bitmask, indices=None) -> None:
     fn = _bitmask.apply_token_bitmask_triton if use_triton(logits) else _bitmask.apply_token_bitmask_ref
     fn(logits, bitmask, indices)
+
+
+SKINNY_GEMM_MAX_M = 16
+# Read once at import (the dispatch sits on the decode hot path); tests flip it with set_skinny_gemm.
+_SKINNY_GEMM = os.environ.get("RADIXLM_SKINNY_GEMM", "0") == "1"
+
+
+def set_skinny_gemm(enabled: bool) -> bool:
+    """Turn the skinny-GEMM path of :func:`linear` on or off; returns the previous setting."""
+    global _SKINNY_GEMM
+    prev, _SKINNY_GEMM = _SKINNY_GEMM, bool(enabled)
+    return prev
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Drop-in for ``F.linear(x, weight, bias)``: ``x`` ``[M, K]``, ``weight`` ``[N, K]``.
+
+    With ``RADIXLM_SKINNY_GEMM=1`` (read once at import; default off) a 2-D ``x`` of at most 16
+    rows on a Triton device (see :func:`use_triton`), with ``weight`` (and ``bias``) of ``x``'s
+    dtype and contiguous last dims, goes to the Triton GEMV ``gemv.skinny_linear`` (fp32
+    accumulation, CUDA-graph capturable); everything else to ``F.linear``.
+    """
+    if (_SKINNY_GEMM and x.dim() == 2 and x.shape[0] <= SKINNY_GEMM_MAX_M and weight.dtype == x.dtype
+            and x.stride(1) == 1 and weight.stride(1) == 1
+            and (bias is None or (bias.dtype == x.dtype and bias.stride(0) == 1)) and use_triton(x)):
+        return _gemv.skinny_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 for _f, _src in [

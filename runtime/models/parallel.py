@@ -8,7 +8,9 @@
 
 Each layer loads its own slice of a full checkpoint tensor through a *reader* (an object with
 ``shape`` and ``read(dim, start, length)``), so a rank reads only its rows/columns from disk.
-At TP size 1 each layer is the plain ``F.linear`` / ``F.embedding`` with no extra work.
+At TP size 1 each layer is the plain ``F.linear`` / ``F.embedding`` with no extra work. The local
+products go through ``radixlm.kernels.linear``: ``F.linear`` unless ``RADIXLM_SKINNY_GEMM=1`` routes
+decode-sized inputs (<= 16 rows, CUDA) to the Triton GEMV (same result up to summation order).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from radixlm.kernels import linear
 from radixlm.runtime.distributed import tensor_model_parallel_all_gather, tensor_model_parallel_all_reduce
 from radixlm.runtime.model_config import ModelConfig
 
@@ -117,7 +120,7 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
     def load_shard(self, param: str, reader, shard_id: int | None) -> None:
         """Copy this rank's rows of fused part ``shard_id`` (``None``: the only part) from ``reader``."""
@@ -141,7 +144,7 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = tensor_model_parallel_all_reduce(F.linear(x, self.weight))
+        y = tensor_model_parallel_all_reduce(linear(x, self.weight))
         return y if self.bias is None else y + self.bias
 
     def load_shard(self, param: str, reader, shard_id: int | None) -> None:
@@ -188,7 +191,7 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden ``[N, hidden]`` -> fp32 logits ``[N, vocab_size]``, identical on every rank."""
-        local = F.linear(hidden, self.weight)
+        local = linear(hidden, self.weight)
         if self.tp_size == 1:
             return local.float()
         return tensor_model_parallel_all_gather(local, dim=-1)[..., : self.vocab_size].float()
