@@ -181,6 +181,13 @@ def main() -> None:
     for (name, m), (label, us, t_cublas, bytes_) in best.items():
         out(f"| {name} | {m} | {label} | {us:.2f} | {t_cublas:.2f} | {t_cublas / us:.2f}x | "
             f"{100 * bytes_ / us / 1e3 / PEAK_GBS:.1f} |")
+    layer = [name for name, _, _ in SHAPES["llama"]]
+    for m in ms:
+        got = [best.get((name, m)) for name in layer]
+        if all(got):  # the four 8B linears x 32 layers (lm_head not included)
+            out()
+            out(f"8B decode linears per step (32 layers, M={m}): cuBLAS {32 * sum(g[2] for g in got):.0f} µs, "
+                f"best skinny_linear {32 * sum(g[1] for g in got):.0f} µs")
 
 
 if __name__ == "__main__":
