@@ -112,7 +112,8 @@ def apply_token_bitmask(logits, bitmask, indices=None) -> None:
     fn(logits, bitmask, indices)
 
 
-SKINNY_GEMM_MAX_M = 16
+SKINNY_GEMM_MAX_M = 1  # NOTE: bench_gemv.py on an H200: the Triton GEMV wins at M == 1 only
+SKINNY_GEMM_WIDE = (32768, 2048)  # ... and loses on LM-head shapes (N above, K at most): cuBLAS there
 # Read once at import (the dispatch sits on the decode hot path); tests flip it with set_skinny_gemm.
 _SKINNY_GEMM = os.environ.get("RADIXLM_SKINNY_GEMM", "0") == "1"
 
@@ -127,12 +128,14 @@ def set_skinny_gemm(enabled: bool) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Drop-in for ``F.linear(x, weight, bias)``: ``x`` ``[M, K]``, ``weight`` ``[N, K]``.
 
-    With ``RADIXLM_SKINNY_GEMM=1`` (read once at import; default off) a 2-D ``x`` of at most 16
-    rows on a Triton device (see :func:`use_triton`), with ``weight`` (and ``bias``) of ``x``'s
-    dtype and contiguous last dims, goes to the Triton GEMV ``gemv.skinny_linear`` (fp32
-    accumulation, CUDA-graph capturable); everything else to ``F.linear``.
+    With ``RADIXLM_SKINNY_GEMM=1`` (read once at import; default off) a 2-D ``x`` of at most
+    ``SKINNY_GEMM_MAX_M`` rows on a Triton device (see :func:`use_triton`), with ``weight`` (and
+    ``bias``) of ``x``'s dtype and contiguous last dims, and not an LM-head shape
+    (``SKINNY_GEMM_WIDE``), goes to the Triton GEMV ``gemv.skinny_linear`` (fp32 accumulation,
+    CUDA-graph capturable); everything else to ``F.linear``.
     """
     if (_SKINNY_GEMM and x.dim() == 2 and x.shape[0] <= SKINNY_GEMM_MAX_M and weight.dtype == x.dtype
+            and not (weight.shape[0] > SKINNY_GEMM_WIDE[0] and weight.shape[1] <= SKINNY_GEMM_WIDE[1])
             and x.stride(1) == 1 and weight.stride(1) == 1
             and (bias is None or (bias.dtype == x.dtype and bias.stride(0) == 1)) and use_triton(x)):
         return _gemv.skinny_linear(x, weight, bias)

@@ -68,15 +68,19 @@ class GemvConfig:
 
 _BIG = 1 << 62
 # (max N, max K) -> (config for M == 1 (broadcast), config for M > 1 (dot)); first match wins.
-# Defaults reasoned for H100/H200 (132 SMs): >= ~2 programs per SM from N alone for the 8B shapes,
-# 8-16 KB of weight per program per K step; retune from benchmarks/bench_gemv.py's output.
+# M == 1 entries from benchmarks/bench_gemv.py on an H200 (cold weights, see results/gemv_h200.md):
+# SmolLM2-135M QKV/O 1.30-1.43x and down 1.49x of cuBLAS, 8B QKV 1.09x, O 1.19x, gate_up 1.04x,
+# down 1.07x. M > 1: no config beat cuBLAS by more than 5% (the dispatcher keeps F.linear there).
 CONFIG_TABLE: tuple[tuple[int, int, GemvConfig, GemvConfig], ...] = (
-    # small hidden (SmolLM2-135M: K 576 / 1536): short K loops, launch-bound anyway
-    (_BIG, 2048, GemvConfig(16, 128, 4, 1), GemvConfig(32, 128, 4, 2)),
-    # N <= 8192 with long K (8B QKV 6144x4096, O 4096x4096, down 4096x14336)
-    (8192, _BIG, GemvConfig(16, 512, 4, 1), GemvConfig(32, 256, 4, 3)),
-    # wide N (8B gate_up 28672x4096, LM heads)
-    (_BIG, _BIG, GemvConfig(32, 256, 4, 1), GemvConfig(64, 128, 4, 3)),
+    # small hidden (SmolLM2-135M: K 576 / 1536)
+    (1024, 1024, GemvConfig(16, 1024, 8, 1), GemvConfig(16, 256, 4, 3)),
+    (_BIG, 2048, GemvConfig(8, 512, 4, 1), GemvConfig(32, 128, 4, 4)),
+    # N <= 8192 with K <= 4096 (8B QKV 6144x4096, O 4096x4096)
+    (8192, 4096, GemvConfig(8, 512, 4, 1), GemvConfig(32, 256, 4, 3)),
+    # long K (8B down 4096x14336)
+    (8192, _BIG, GemvConfig(16, 1024, 8, 1), GemvConfig(32, 256, 4, 3)),
+    # wide N (8B gate_up 28672x4096)
+    (_BIG, _BIG, GemvConfig(16, 256, 4, 1), GemvConfig(128, 128, 8, 3)),
 )
 
 

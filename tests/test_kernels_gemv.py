@@ -114,7 +114,8 @@ def test_dispatcher_falls_back_on_cpu():
 
 
 def test_dispatcher_routes_to_kernel(dev, monkeypatch):
-    """With the flag on and a Triton device, small batches take the kernel, large ones F.linear."""
+    """With the flag on and a Triton device, one-row inputs take the kernel; more rows and
+    LM-head shapes (very wide N over a short K) go to F.linear."""
     if dev == "cpu":
         monkeypatch.setenv("RADIXLM_FORCE_TRITON_OPS", "1")
     calls = []
@@ -122,10 +123,12 @@ def test_dispatcher_routes_to_kernel(dev, monkeypatch):
     monkeypatch.setattr(K._gemv, "skinny_linear", lambda *a: calls.append(1) or real(*a))
     prev = K.set_skinny_gemm(True)
     try:
-        x, w, b = _inputs(17, 64, 128, torch.float32, dev, bias=True)
-        _check(K.linear(x[:2], w, b), x[:2], w, b)
+        x, w, b = _inputs(K.SKINNY_GEMM_MAX_M + 1, 64, 128, torch.float32, dev, bias=True)
+        _check(K.linear(x[:1], w, b), x[:1], w, b)
         assert len(calls) == 1
         assert torch.allclose(K.linear(x, w, b), F.linear(x, w, b))
+        wide = torch.zeros(K.SKINNY_GEMM_WIDE[0] + 1, 8, device=dev)
+        assert torch.equal(K.linear(x[:1, :8], wide), F.linear(x[:1, :8], wide))
         assert len(calls) == 1
     finally:
         K.set_skinny_gemm(prev)
