@@ -9,8 +9,9 @@
 Each layer loads its own slice of a full checkpoint tensor through a *reader* (an object with
 ``shape`` and ``read(dim, start, length)``), so a rank reads only its rows/columns from disk.
 At TP size 1 each layer is the plain ``F.linear`` / ``F.embedding`` with no extra work. The local
-products go through ``radixlm.kernels.linear``: ``F.linear`` unless ``RADIXLM_SKINNY_GEMM=1`` routes
-decode-sized inputs (<= 16 rows, CUDA) to the Triton GEMV (same result up to summation order).
+products go through ``radixlm.kernels.linear``: ``F.linear``, except one-row inputs on CUDA (batch-1
+decode), which take the Triton GEMV unless ``RADIXLM_SKINNY_GEMM=0`` (same result up to summation
+order).
 """
 
 from __future__ import annotations
