@@ -27,8 +27,8 @@ EXTRA_DEPTH_ROOT = 3
 # Declared properties may come in any order (JSON Schema does not constrain it) when the automaton
 # of all orders stays small: at most ANY_ORDER_MAX properties and ANY_ORDER_BUDGET fragments beyond
 # the schema-order object; schema-order paths keep precomputed masks up to ANY_ORDER_HOT times the
-# schema-order object, the rest are cold (see ``_any_order``). Larger objects keep schema order (a
-# sound restriction).
+# schema-order object, the rest are cold (see ``_any_order``). Larger objects keep schema order, or
+# the required properties first in the order ``required`` lists them (cold; a sound restriction).
 ANY_ORDER_MAX = 4
 ANY_ORDER_BUDGET = 8_000
 ANY_ORDER_HOT = 1.5
@@ -208,7 +208,7 @@ class ContainerMixin:
         lo_p = int(s.get("minProperties", 0))
         hi_p = s.get("maxProperties")
         hi_p = None if hi_p is None else int(hi_p)
-        entries, sizes = [], []  # sizes: of each pair's AST (see _any_order)
+        entries, sizes, keys = [], [], []  # sizes: of each pair's AST (see _any_order)
         depth = self.obj_depth
         self.obj_depth = depth + 1
         try:
@@ -227,6 +227,7 @@ class ContainerMixin:
                 continue
             kv = cat(string_literal(k), self.colon, node)
             sizes.append(self.walk.size(kv))
+            keys.append(k)
             entries.append((self._pair(kv), k in required))
         extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)
         if addl is IMPLICIT:
@@ -234,7 +235,6 @@ class ContainerMixin:
         uid = next(self.uid)
         n = len(entries)
         counted = lo_p > 0 or hi_p is not None
-        memo: dict[tuple[int, int], Node] = {}
 
         def extras(c: int, first: bool) -> Node:
             need = max(lo_p - c, 0)
@@ -250,26 +250,33 @@ class ContainerMixin:
             more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
             return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
 
-        def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
-            ck = c if counted else 1
-            if (i, ck) in memo:
-                return memo[(i, ck)]
-            if i == n:
-                out = extras(c, False)
-            else:
-                kv, req = entries[i]
-                take = cat(self.comma, kv, rest(i + 1, c + 1)) if hi_p is None or c < hi_p else NOTHING
-                out = take if req else alt(take, rest(i + 1, c))
-            out = ("share", (uid, i, ck), out) if out not in (EMPTY, NOTHING) else out
-            memo[(i, ck)] = out
-            return out
+        def ordered(seq: list[tuple[Node, bool]], tag: int) -> Node:
+            """The body with the entries of ``seq`` in that order (each optional one may be
+            skipped), then the undeclared pairs."""
+            memo: dict[tuple[int, int], Node] = {}
 
-        def first(i: int) -> Node:
-            if i == n:
-                return extras(0, True)
-            kv, req = entries[i]
-            take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
-            return take if req else alt(take, first(i + 1))
+            def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
+                ck = c if counted else 1
+                if (i, ck) in memo:
+                    return memo[(i, ck)]
+                if i == n:
+                    out = extras(c, False)
+                else:
+                    kv, req = seq[i]
+                    take = cat(self.comma, kv, rest(i + 1, c + 1)) if hi_p is None or c < hi_p else NOTHING
+                    out = take if req else alt(take, rest(i + 1, c))
+                out = ("share", (uid, tag, i, ck), out) if out not in (EMPTY, NOTHING) else out
+                memo[(i, ck)] = out
+                return out
+
+            def first(i: int) -> Node:
+                if i == n:
+                    return extras(0, True)
+                kv, req = seq[i]
+                take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
+                return take if req else alt(take, first(i + 1))
+
+            return first(0)
 
         tails: dict[tuple[int, bool], Node] = {}
 
@@ -281,7 +288,14 @@ class ContainerMixin:
             return tails[key]
 
         order_free = self._any_order(entries, sizes, shared_extras, uid, hi_p)
-        body = order_free if order_free is not None else first(0)
+        body = order_free if order_free is not None else ordered(entries, 0)
+        if order_free is None and sum(sizes) <= ANY_ORDER_BUDGET:
+            # NOTE: a second order, cold: the required properties in the order ``required`` lists
+            # them, then the optional ones (outputs often follow it); one more copy of the object
+            by_key = dict(zip(keys, entries))
+            seq = [by_key[k] for k in required if k in by_key] + [e for k, e in zip(keys, entries) if not e[1]]
+            if seq != entries:
+                body = alt(body, cold(ordered(seq, 1)))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))

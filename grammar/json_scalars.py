@@ -12,7 +12,7 @@ import numpy as np
 
 from radixlm.grammar.ast import NOTHING, Node, cat
 from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast, regex_ast
-from radixlm.grammar.dfa_ops import product
+from radixlm.grammar.dfa_ops import minimize, product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, STRING_CHAR, encode_content, int_range, number_range, string
 
@@ -46,12 +46,41 @@ FORMATS = {
     "json-pointer": r"(/([^~/]|~[01])*)*",
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)",
     "uri-template": _URI_TEMPLATE,
-    # NOTE: a sound subset of the valid regexes: no metacharacter that could leave one unbalanced
-    "regex": r"[^\[\](){}*+?\\|]*",
     "duration": r"P(([0-9]+Y)?([0-9]+M)?([0-9]+D)?(T([0-9]+H)?([0-9]+M)?([0-9]+(\.[0-9]+)?S)?)?|[0-9]+W)",
 }
 
 
+
+
+def valid_regex(depth: int = 3) -> str:
+    """A regular subset of the regexes valid in both Python ``re`` and ECMA-262 (with and without
+    the ``u`` flag), for ``format: regex``: literals, ``.``, escapes of metacharacters and
+    ``\\d \\w \\s \\n ...``, classes (ranges within digits / lower / upper case from its first or
+    to its last character: ``a-f``, ``1-9``; a literal ``-`` first or last),
+    groups ``( )`` / ``(?: )`` nested at most ``depth`` levels, alternation, one quantifier per atom
+    (``* + ? {n} {n,} {n,m}`` with ``n <= m <= 99``, two-digit
+    bounds in different tens, lazy ``?``), ``^ $ \\b \\B`` (not quantified). A sound
+    restriction: a valid regex outside it (deeper groups, lookaround, ``[b-e]``, ``{12,15}``) is
+    refused, never an invalid one accepted."""
+    lit = r"[^\\^$.|?*+()\[\]{}]"
+    esc = r"\\[\\^$.|?*+()\[\]{}/dDwWsSnrtfv]"
+    ranges = "|".join(f"{lo}-[{lo}-{hi}]|[{lo}-{hi}]-{hi}" for lo, hi in ("09", "az", "AZ"))
+    esc_in = r"\\[\\\[\]^\-./dDwWsSnrtfv]"
+    item = rf"([^\\\[\]\-]|{esc_in}|{ranges})"
+    first = rf"([^\\\[\]\-^]|{esc_in}|{ranges})"  # NOTE: a leading ^ would negate
+    klass = rf"\[\^?(-|-?{first}{item}*-?)\]"  # NOTE: a literal - only first or last
+    counts = "|".join([rf"{a},([{a}-9]|[1-9][0-9])" for a in range(10)]
+                      + [rf"{t}[0-9],[{t + 1}-9][0-9]" for t in range(1, 9)])
+    counts = rf"\{{({counts})\}}"
+    quant = rf"([*+?]|\{{[0-9]{{1,4}},?\}}|{counts})\??"
+    body = None
+    for _ in range(depth + 1):
+        atom = rf"{lit}|\.|{esc}|{klass}" + (rf"|\((\?:)?{body}\)" if body else "")
+        body = rf"(({atom})({quant})?|[\^$]|\\[bB]|\|)*"
+    return body
+
+
+FORMATS["regex"] = valid_regex()
 MAX_EXACT_LEN = 64  # length bounds up to this are unrolled in the AST, longer ones counted
 MAX_COUNTED = 512  # maxLength above this is lowered to it (sound); minLength above it is an error
 _CHAR_DFA: list[ByteDFA] = []
@@ -97,6 +126,17 @@ def content_dfa(pattern: str, search: bool) -> ByteDFA:
     return dfa_from_ast(cat(QUOTE, encode_content(regex_ast(pattern, search)), QUOTE))
 
 
+def format_dfa(name: str) -> ByteDFA:
+    """The JSON strings of a checked ``format`` (minimal DFA, built once per process)."""
+    got = _FORMAT_DFAS.get(name)
+    if got is None:
+        got = _FORMAT_DFAS[name] = minimize(content_dfa(FORMATS[name], False))
+    return got
+
+
+_FORMAT_DFAS: dict[str, ByteDFA] = {}
+
+
 def string_node(schema: dict, extra: dict) -> Node:
     """``type: string`` with minLength / maxLength / pattern / format."""
     lo = int(schema.get("minLength", 0))
@@ -113,7 +153,7 @@ def string_node(schema: dict, extra: dict) -> Node:
     formats = [f for f in [schema.get("format")] + list(extra.get("format", [])) if f in FORMATS]
     if not patterns and not formats:
         return base
-    dfas = [content_dfa(p, True) for p in patterns] + [content_dfa(FORMATS[f], False) for f in formats]
+    dfas = [content_dfa(p, True) for p in patterns] + [format_dfa(f) for f in formats]
     if lo or hi is not None:
         dfas.append(dfa_from_ast(base))
     out = dfas[0]

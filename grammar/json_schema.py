@@ -5,7 +5,8 @@ Output conventions (what a constrained model may write):
   (``","`` / ``":"``), nothing else; ``any_whitespace=True`` allows up to ``MAX_WS`` JSON
   whitespace characters at every token boundary.
 - Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (4) of
-  them and the automaton of all orders stays small, else in schema order (a sound restriction);
+  them and the automaton of all orders stays small, else in schema order or with the required ones
+  first in the order ``required`` lists them (a sound restriction);
   each at most once, every required one present. Undeclared properties follow the declared ones:
   allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
   values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
@@ -27,7 +28,8 @@ Output conventions (what a constrained model may write):
   ``maxLength`` above 512 is lowered to 512; overlapping ``oneOf`` branches are narrowed until
   provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
   ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
-  left out; ``format: regex`` allows only strings without regex metacharacters.
+  left out; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
+  (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).
 - Not enforced: ``uniqueItems`` (accepted as written). ``nullable`` (OpenAPI) is an annotation,
   as in JSON Schema validators.
 - ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);

@@ -99,6 +99,9 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("not", {"type": "string", "not": {"enum": ["x", "y"]}}, ["z", ""], ["x", "y", 1]),
     ("dependentRequired", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                            "dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {"b": 2}, {}], [{"a": 1}]),
+    ("format regex", {"type": "string", "format": "regex"},
+     ["^[a-z]+$", "(foo|bar)\\d{2,3}", "^(?:[a-z0-9-]+\\.)+[a-z]{2,}$", "a|", "(?:x)*?", "[^\\s]+", ""],
+     ["*", "(a", "a)", "[z-a]", "a**", "[]", "a{3,2}", "\\", "?a"]),
     ("annotations ignored", {"type": "integer", "title": "t", "description": "d", "examples": [1], "default": 1,
                              "$comment": "c", "deprecated": True, "readOnly": True}, [3], ["3"]),
 ]

@@ -60,6 +60,8 @@ def test_object_table(name: str, schema: dict, good: list, bad: list) -> None:
         assert not accepts(text), (name, text)
 
 
+SIX = {"type": "object", "properties": {"a": S, "b": I, "c": S, "d": {"type": "null"}, "e": I, "f": {"type": "boolean"}},
+       "required": ["e", "b", "c"]}
 FOUR = {"type": "object", "properties": {"a": S, "b": I, "c": {"type": "boolean"}, "d": {"type": "null"}},
         "required": ["b", "d"]}
 MORE_CASES = [
@@ -77,6 +79,11 @@ MORE_CASES = [
       R('{"a": "x", "b": 1, "f": {"g": 1}, "a": "y"}')]),
     ("inner object: undeclared values nested one level", {"type": "object", "properties": {"p": THREE}},
      [{"p": {"a": "x", "b": 1, "z": [1, {}]}}], [{"p": {"a": "x", "b": 1, "z": 1, "c": "no"}}]),
+    ("large object: schema order or the order of required", SIX,
+     [{"a": "", "b": 1, "c": "", "e": 2}, {"e": 2, "b": 1, "c": "", "a": "", "f": True, "zz": 1},
+      {"e": 2, "b": 1, "c": "", "d": None}, {"a": "", "b": 1, "c": "", "d": None, "e": 2, "f": False}],
+     [{"b": 1, "e": 2, "c": ""}, {"e": 2, "b": 1, "c": ""} | {"a": 1}, R('{"e": 2, "b": 1, "c": "", "e": 3}'),
+      R('{"e": 2, "b": 1, "c": "", "b": 1}'), {"e": 2, "b": 1}, {"e": 2, "b": 1, "c": "", "f": 1}]),
 ]
 
 
@@ -101,6 +108,9 @@ def test_large_objects_keep_schema_order() -> None:
     accepts = _Recognizer({"type": "object", "properties": props})
     assert accepts(json.dumps({"k0": 1, "k3": 2, "zz": 3}))
     assert not accepts(json.dumps({"k3": 2, "k0": 1}))
+    accepts = _Recognizer({"type": "object", "properties": props, "required": ["k3", "k0"]})
+    assert accepts(json.dumps({"k3": 2, "k0": 1, "k1": 3}))  # NOTE: the order of required, then the rest
+    assert not accepts(json.dumps({"k0": 1, "k1": 3, "k3": 2, "k2": 4}))
 
 
 def test_strict_mode_keeps_schema_order_free_but_no_extras(monkeypatch: pytest.MonkeyPatch) -> None:
