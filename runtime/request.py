@@ -82,7 +82,6 @@ class Req:
 
     # ---- speculative decoding (speculative_worker.py)
     spec_index: Any = None  # NgramIndex over prompt + output (built on the first draft)
-    spec_k: int = 0  # current draft length (0: not set yet, i.e. speculative_num_draft_tokens)
     spec_verify_ct: int = 0  # verify steps that carried a draft
     spec_draft_tokens: int = 0  # draft tokens proposed
     spec_accepted_tokens: int = 0  # draft tokens accepted

@@ -69,12 +69,6 @@ def speculates(req: Any) -> bool:
 class NgramDrafter:
     """Scheduler-side proposer: one :class:`NgramIndex` per request (kept in ``req.spec_index``).
 
-    Draft length adapts per request (``req.spec_k``), by the rule of HF transformers' assisted
-    generation (``num_assistant_tokens_schedule="heuristic"``): +2 after a step that accepted its
-    whole draft, -1 after one that rejected a token, within ``[1, num_draft_tokens]``, starting
-    at ``num_draft_tokens``. Inside a copied span drafts stay long; where the output departs from
-    the input they shrink, so rejected positions cost less verify work and fewer KV slots.
-
     Args:
         num_draft_tokens: most drafts per request and step (``speculative_num_draft_tokens``).
         min_window / max_window: n-gram match windows.
@@ -91,7 +85,7 @@ class NgramDrafter:
         """The draft for one running request (possibly empty), at most ``k`` tokens and never
         more than the request may still emit minus one (the step always emits a token of its own)."""
         room = min(req.sampling_params.max_new_tokens - len(req.output_ids), req.max_total - req.num_tokens) - 1
-        k = min(req.spec_k or self.k, room)
+        k = min(self.k, room)
         if k <= 0 or not speculates(req):
             return []
         index = req.spec_index
@@ -112,10 +106,8 @@ class NgramDrafter:
         return out
 
     def record(self, num_drafts: int, num_accepted: int, req: Any) -> None:
-        """Count one verify step of ``req`` (per request and globally) and adapt its draft length."""
+        """Count one verify step of ``req`` (per request and globally)."""
         if num_drafts:
-            k = req.spec_k or self.k
-            req.spec_k = min(k + 2, self.k) if num_accepted == num_drafts else max(k - 1, 1)
             req.spec_verify_ct += 1
             req.spec_draft_tokens += num_drafts
             req.spec_accepted_tokens += num_accepted

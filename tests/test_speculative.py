@@ -280,8 +280,7 @@ def test_drafter_respects_room_and_pool():
     d = NgramDrafter(4, 1, 8)
     mk = lambda out, max_new: SimpleNamespace(  # noqa: E731
         sampling_params=SamplingParams(temperature=0.0, max_new_tokens=max_new), origin_input_ids=[1, 2, 3, 4, 5, 6, 1],
-        output_ids=list(out), max_total=7 + max_new, num_tokens=7 + len(out), spec_index=None, grammar_matcher=None,
-        spec_k=0)
+        output_ids=list(out), max_total=7 + max_new, num_tokens=7 + len(out), spec_index=None, grammar_matcher=None)
     assert d.draft(mk([], 10)) == [2, 3, 4, 5]
     assert d.draft(mk([2], 3)) == [3]  # 2 tokens left: one draft + the step's own token
     assert d.draft(mk([2, 3], 3)) == []
@@ -290,25 +289,3 @@ def test_drafter_respects_room_and_pool():
     assert d.draft(pen) == []
     assert d.drafts([mk([], 10), mk([], 10)], free_slots=5) == [[2, 3, 4], []]
     assert kept_kv_len(10, 2, 20) == 13 and kept_kv_len(10, 3, 12) == 12
-
-
-def test_draft_length_adapts_per_request():
-    """HF's heuristic schedule: +2 after a fully accepted draft, -1 after a rejection, within
-    [1, num_draft_tokens]; the next draft uses the request's own length."""
-    from radixlm.runtime.speculative_worker import NgramDrafter
-
-    d = NgramDrafter(4, 1, 8)
-    req = SimpleNamespace(sampling_params=SamplingParams(temperature=0.0, max_new_tokens=50),
-                          origin_input_ids=[1, 2, 3, 4, 5, 6, 7, 8, 1], output_ids=[], max_total=60, num_tokens=9,
-                          spec_index=None, grammar_matcher=None, spec_k=0,
-                          spec_verify_ct=0, spec_draft_tokens=0, spec_accepted_tokens=0)
-    lengths = []
-    for drafted, accepted in [(4, 1), (3, 0), (2, 0), (1, 0), (1, 1), (3, 3), (4, 4)]:
-        d.record(drafted, accepted, req)
-        lengths.append(req.spec_k)
-    assert lengths == [3, 2, 1, 1, 3, 4, 4]
-    assert len(d.draft(req)) == 4
-    d.record(4, 0, req)
-    assert d.draft(req) == [2, 3, 4]  # k = 3 now
-    d.record(0, 0, req)  # a step without a draft leaves the length alone
-    assert req.spec_k == 3 and req.spec_verify_ct == 8
