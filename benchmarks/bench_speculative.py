@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--num-prompts", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--num-draft-tokens", type=int, default=4, help="speculative_num_draft_tokens (k)")
+    ap.add_argument("--num-draft-tokens", type=int, default=8, help="speculative_num_draft_tokens (k; the server default)")
     ap.add_argument("--min-window", type=int, default=1)
     ap.add_argument("--max-window", type=int, default=12)
     ap.add_argument("--workloads", default="extraction,extract_json,summarize")

@@ -116,7 +116,8 @@ SKINNY_GEMM_MAX_M = 1  # NOTE: bench_gemv.py on an H200: the Triton GEMV wins at
 SKINNY_GEMM_WIDE = (32768, 2048)  # ... and loses on LM-head shapes (N above, K at most): cuBLAS there
 # Read once at import (the dispatch sits on the decode hot path); tests flip it with set_skinny_gemm.
 # On by default (H200, bs-1 ITL, same call: Llama-3.1-8B dims 4.81-4.84 -> 4.47 ms); CPU never uses it.
-_SKINNY_GEMM = os.environ.get("RADIXLM_SKINNY_GEMM", "1") == "1"
+SKINNY_GEMM_DEFAULT = os.environ.get("RADIXLM_SKINNY_GEMM", "1") == "1"
+_SKINNY_GEMM = SKINNY_GEMM_DEFAULT
 
 
 def set_skinny_gemm(enabled: bool) -> bool:

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from radixlm.kernels import SKINNY_GEMM_DEFAULT, set_skinny_gemm
 from radixlm.runtime.attention import AttentionBackend
 from radixlm.runtime.batch import ScheduleBatch, StepOutput
 from radixlm.runtime.distributed import all_reduce_min, local_device
@@ -90,6 +91,10 @@ class ModelRunner:
         )
         self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
         self.logits_mask_fn: LogitsMaskFn | None = None
+        # NOTE: speculative verify rows (M > 1) run cuBLAS; one-row decodes must round alike, or
+        # greedy outputs would change with speculation on. The flag is process-wide (one engine
+        # per process in a server) and is baked into the CUDA graphs captured below.
+        set_skinny_gemm(SKINNY_GEMM_DEFAULT and not args.speculative_algorithm)
         self.cuda_graph = None
         if self.device.type == "cuda" and not args.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import CudaGraphRunner

@@ -107,7 +107,7 @@ class ServerArgs:
     mixed_chunk_size: int | None = None
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
     speculative_algorithm: str | None = None
-    speculative_num_draft_tokens: int = 4
+    speculative_num_draft_tokens: int = 8  # H200, SmolLM2 bs 1: extraction 1.50x -> 1.58x wall vs k=4
     speculative_ngram_min_match_window_size: int = 1
     speculative_ngram_max_match_window_size: int = 12
     tp_size: int = 1

@@ -151,3 +151,14 @@ def test_retraction_under_small_pool_keeps_outputs(plain):
     assert run_to_completion(sched, reqs, [(i * 3) % 11 for i in range(len(ids))]) == want
     assert sched.stats.num_retracted > 0 and sched.spec_drafter.stats.spec_accepted_tokens > 0
     assert sched.flush_cache() and sched.allocator.available_size() == sched.allocator.size
+
+
+def test_speculation_keeps_one_row_products_on_cublas(tiny_llama):
+    """Verify rows (M > 1) use F.linear, so with speculation on the one-row decode products must
+    too (the Triton GEMV rounds differently); without it the process default comes back."""
+    import radixlm.kernels as K
+
+    with Engine(tiny_llama, device="cpu", **SPEC):
+        assert K._SKINNY_GEMM is False
+    with Engine(tiny_llama, device="cpu"):
+        assert K._SKINNY_GEMM == K.SKINNY_GEMM_DEFAULT
