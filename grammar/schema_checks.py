@@ -172,8 +172,8 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
     common = (emitted_types(a) & possible_types(b)) | (emitted_types(b) & possible_types(a))
     if not common:
         return True
-    if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks")):
-        return False
+    # NOTE: enumerated values bound a schema whatever its other keywords (they only remove values),
+    # and a validator ignoring the internal x-* keywords accepts more than the schema: both sound.
     va = [a["const"]] if "const" in a else a.get("enum")
     vb = [b["const"]] if "const" in b else b.get("enum")
     if va is not None and vb is not None:
@@ -185,6 +185,8 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
                 return not any(check.is_valid(v) for v in vals)
             except Exception:  # noqa: BLE001
                 return False
+    if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks")):
+        return False
     if common == {"object"}:
         pa, pb = a.get("properties", {}), b.get("properties", {})
         ra, rb = set(a.get("required", [])), set(b.get("required", []))

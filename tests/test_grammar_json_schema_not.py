@@ -49,6 +49,13 @@ CASES = [
      {"oneOf": [{"type": "object", "properties": {"a": {"type": "string", "_format": "uri"}}, "required": ["b"]},
                 {"type": "object", "properties": {"a": {"type": "integer"}}}]},
      [{"a": 1}], [{"b": 1}, {"a": 1, "b": 2}]),
+    ("oneOf of enums with a sibling not: disjoint by values",
+     {"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}], "not": {"enum": ["d"]}}, ["a", "b", "c"], ["d", "e", 1]),
+    ("oneOf of a nested oneOf and an enum: disjoint by values",
+     {"oneOf": [{"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"enum": ["c"]}]}, {"enum": ["d", "e"]}]},
+     ["a", "c", "d", "e"], ["f", None]),
+    ("oneOf of enums sharing a value: the shared one refused",
+     {"oneOf": [{"oneOf": [{"enum": ["a", "b"]}, {"enum": ["c"]}]}, {"enum": ["d", "a"]}]}, ["b", "c"], ["a", "f"]),
 ]
 
 
