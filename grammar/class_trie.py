@@ -26,10 +26,11 @@ CACHE_SIZE = 32  # class tries kept per tokenizer (one per distinct byte partiti
 
 def byte_classes(trans: np.ndarray) -> np.ndarray:
     """int64 ``[256]``: class id of every byte (bytes with identical transition columns share one),
-    numbered by first occurrence so the partition has one canonical form."""
-    _, first, inv = np.unique(trans.T, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(np.argsort(first))  # NOTE: renumber classes by their smallest byte
-    return order[inv.reshape(-1)]
+    numbered by first occurrence so the partition has one canonical form. Exact: columns are
+    compared by their bytes (a dict of 256 keys, not a sort of the whole table)."""
+    cols = np.ascontiguousarray(trans.T)
+    ids: dict[bytes, int] = {}
+    return np.fromiter((ids.setdefault(c.tobytes(), len(ids)) for c in cols), dtype=np.int64, count=256)
 
 
 def class_trie(trie: TokenTrie, cls: np.ndarray) -> TokenTrie:

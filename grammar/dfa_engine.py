@@ -11,6 +11,7 @@ from radixlm.grammar.token_index import DfaIndex, RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 EAGER_STATES = 4000  # compile-time mask precomputation up to this many DFA states
+CLASS_TRIE_WALKS = 100  # full-trie walks of mask work that make a class trie worth building
 
 
 class DfaEngine:
@@ -18,16 +19,22 @@ class DfaEngine:
 
     def __init__(self, dfa: ByteDFA, info: TokenizerInfo, regions: RegionCache, eager: bool = True) -> None:
         self.dfa = dfa
-        trie = info.walk_trie(dfa.trans)  # NOTE: the class trie when much smaller, with its own regions
-        self.index = DfaIndex(dfa.trans, trie, info.mask_words, regions if trie is info.trie else trie.regions)
         live = dfa.trans != 0
         count = live.sum(axis=1)
-        self._forced = np.where(count == 1, live.argmax(axis=1), -1)
-        self._forced[dfa.accept] = -1
+        # NOTE: the class trie (own regions cache) pays off when the masks to come would walk the
+        # trie ~CLASS_TRIE_WALKS times (its build costs tens of walks): a DFA too large to
+        # precompute (masks computed while serving), or a precomputed one with that much work.
         # NOTE: cold states (reachable only through a rarely taken branch, see ast.cold) are left
         # to their first visit; every other state is precomputed when the DFA is small enough.
         self.hot = np.arange(1, dfa.n_states) if dfa.hot is None else np.nonzero(dfa.hot)[0]
         self.hot = self.hot[self.hot != 0]
+        full = info.trie
+        work = np.minimum(live[self.hot] @ full.byte_weight.astype(np.float64), full.n_nodes).sum()
+        lazy = not eager or self.hot.size > EAGER_STATES
+        trie = info.walk_trie(dfa.trans) if lazy or work > CLASS_TRIE_WALKS * full.n_nodes else full
+        self.index = DfaIndex(dfa.trans, trie, info.mask_words, regions if trie is full else trie.regions)
+        self._forced = np.where(count == 1, live.argmax(axis=1), -1)
+        self._forced[dfa.accept] = -1
         self.eager = eager and self.hot.size <= EAGER_STATES
         if self.eager:
             try:
