@@ -115,8 +115,10 @@ def apply_token_bitmask(logits, bitmask, indices=None) -> None:
 SKINNY_GEMM_MAX_M = 1  # NOTE: bench_gemv.py on an H200: the Triton GEMV wins at M == 1 only
 SKINNY_GEMM_WIDE = (32768, 2048)  # ... and loses on LM-head shapes (N above, K at most): cuBLAS there
 # Read once at import (the dispatch sits on the decode hot path); tests flip it with set_skinny_gemm.
-# On by default (H200, bs-1 ITL, same call: Llama-3.1-8B dims 4.81-4.84 -> 4.47 ms); CPU never uses it.
-SKINNY_GEMM_DEFAULT = os.environ.get("RADIXLM_SKINNY_GEMM", "1") == "1"
+# Opt-in (H200, bs-1 ITL, same call: Llama-3.1-8B dims 4.81-4.84 -> 4.47 ms). Off by default: its
+# one-row results round differently from cuBLAS at M > 1, so a request's greedy output would depend
+# on its batch size and on speculation being on (verify rows run M > 1). CPU never uses it.
+SKINNY_GEMM_DEFAULT = os.environ.get("RADIXLM_SKINNY_GEMM", "0") == "1"
 _SKINNY_GEMM = SKINNY_GEMM_DEFAULT
 
 
@@ -130,7 +132,7 @@ def set_skinny_gemm(enabled: bool) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Drop-in for ``F.linear(x, weight, bias)``: ``x`` ``[M, K]``, ``weight`` ``[N, K]``.
 
-    Unless ``RADIXLM_SKINNY_GEMM=0`` (read once at import; default on) a 2-D ``x`` of at most
+    With ``RADIXLM_SKINNY_GEMM=1`` (read once at import; default off) a 2-D ``x`` of at most
     ``SKINNY_GEMM_MAX_M`` rows on a Triton device (see :func:`use_triton`), with ``weight`` (and
     ``bias``) of ``x``'s dtype and contiguous last dims, and not an LM-head shape
     (``SKINNY_GEMM_WIDE``), goes to the Triton GEMV ``gemv.skinny_linear`` (fp32 accumulation,

@@ -91,9 +91,9 @@ class ModelRunner:
         )
         self.generator = torch.Generator(device=self.device).manual_seed(args.random_seed)
         self.logits_mask_fn: LogitsMaskFn | None = None
-        # NOTE: speculative verify rows (M > 1) run cuBLAS; one-row decodes must round alike, or
-        # greedy outputs would change with speculation on. The flag is process-wide (one engine
-        # per process in a server) and is baked into the CUDA graphs captured below.
+        # NOTE: with RADIXLM_SKINNY_GEMM=1, speculation still keeps one-row decodes on cuBLAS like
+        # its verify rows (M > 1), or greedy outputs would change with speculation on. The flag is
+        # process-wide (one engine per process in a server), baked into the CUDA graphs below.
         set_skinny_gemm(SKINNY_GEMM_DEFAULT and not args.speculative_algorithm)
         self.cuda_graph = None
         if self.device.type == "cuda" and not args.disable_cuda_graph:

@@ -10,8 +10,8 @@ Each layer loads its own slice of a full checkpoint tensor through a *reader* (a
 ``shape`` and ``read(dim, start, length)``), so a rank reads only its rows/columns from disk.
 At TP size 1 each layer is the plain ``F.linear`` / ``F.embedding`` with no extra work. The local
 products go through ``radixlm.kernels.linear``: ``F.linear``, except one-row inputs on CUDA (batch-1
-decode), which take the Triton GEMV unless ``RADIXLM_SKINNY_GEMM=0`` (same result up to summation
-order).
+decode), which take the Triton GEMV with ``RADIXLM_SKINNY_GEMM=1`` (same result up to summation
+order; off by default, see ``radixlm.kernels``).
 """
 
 from __future__ import annotations
