@@ -14,6 +14,23 @@ if not torch.cuda.is_available():
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 
 
+@pytest.fixture(scope="module")
+def dev() -> str:
+    """Device of the Triton kernel tests: CPU under the Triton interpreter, else CUDA; skips
+    without triton (or without CUDA when the interpreter is off)."""
+    from radixlm.kernels._triton import HAS_TRITON, interpreter_ready, interpreting
+
+    if not HAS_TRITON:
+        pytest.skip("triton is not installed")
+    if interpreting():
+        if not interpreter_ready():
+            pytest.fail("triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py")
+        return "cpu"
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1")
+    return "cuda"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """Point RADIXLM_CACHE at a session directory unless the caller chose one (then the converted

@@ -19,25 +19,11 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from radixlm.kernels._triton import HAS_TRITON, interpreter_ready, interpreting  # noqa: E402
 from radixlm.kernels.decode_attention import decode_attention, decode_attention_ref  # noqa: E402
 from radixlm.kernels.extend_attention import extend_attention, extend_attention_ref  # noqa: E402
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3}
 
-
-@pytest.fixture(scope="module")
-def dev() -> str:
-    """Device of the kernel tests: CPU under the Triton interpreter, else CUDA; skip without triton."""
-    if not HAS_TRITON:
-        pytest.skip("triton is not installed")
-    if interpreting():
-        if not interpreter_ready():
-            pytest.fail("triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py")
-        return "cpu"
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1")
-    return "cuda"
 
 
 def on(dev, *tensors):

@@ -21,24 +21,10 @@ import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import radixlm.kernels as K  # noqa: E402
-from radixlm.kernels._triton import HAS_TRITON, interpreter_ready, interpreting  # noqa: E402
 from radixlm.kernels.gemv import GemvConfig, default_config, skinny_linear, skinny_linear_ref, tune_configs  # noqa: E402
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
-
-@pytest.fixture(scope="module")
-def dev() -> str:
-    """CPU under the Triton interpreter, else CUDA; skip without triton."""
-    if not HAS_TRITON:
-        pytest.skip("triton is not installed")
-    if interpreting():
-        if not interpreter_ready():
-            pytest.fail("triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py")
-        return "cpu"
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1")
-    return "cuda"
 
 
 def _inputs(m, n, k, dtype, dev, bias, seed=0):

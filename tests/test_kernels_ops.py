@@ -18,7 +18,6 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from radixlm.kernels._triton import HAS_TRITON, interpreter_ready, interpreting  # noqa: E402
 from radixlm.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from radixlm.kernels.bitmask import apply_token_bitmask_ref, apply_token_bitmask_triton  # noqa: E402
 from radixlm.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_ref, rmsnorm, rmsnorm_ref  # noqa: E402
@@ -39,19 +38,6 @@ LLAMA31 = {
 }
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
-
-@pytest.fixture(scope="module")
-def dev() -> str:
-    """Device of the kernel tests: CPU under the Triton interpreter, else CUDA; skip without triton."""
-    if not HAS_TRITON:
-        pytest.skip("triton is not installed")
-    if interpreting():
-        if not interpreter_ready():
-            pytest.fail("triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py")
-        return "cpu"
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1")
-    return "cuda"
 
 
 def close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
