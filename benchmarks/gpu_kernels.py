@@ -25,14 +25,10 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-try:
-    import radixlm  # noqa: F401
-except ImportError:  # not installed: map the repository root onto the name, as benchmarks/h200_*.sh do
-    _pkg = "/tmp/radixlm_pkg"
-    os.makedirs(_pkg, exist_ok=True)
-    if not os.path.exists(f"{_pkg}/radixlm"):
-        os.symlink(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"{_pkg}/radixlm")
-    sys.path.insert(0, _pkg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pkg import ensure_radixlm  # noqa: E402
+
+ensure_radixlm()
 
 from radixlm.kernels.activation import silu_and_mul, silu_and_mul_ref  # noqa: E402
 from radixlm.kernels.bitmask import apply_token_bitmask_ref, apply_token_bitmask_triton  # noqa: E402
