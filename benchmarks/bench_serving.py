@@ -133,7 +133,10 @@ async def _get_json(session, url: str, headers: dict) -> dict | None:
 async def run(args) -> dict:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     timeout = aiohttp.ClientTimeout(total=args.timeout)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # NOTE: aiohttp's default connector opens at most 100 connections at once, which silently capped
+    # every "all at once" load at 100 concurrent requests; concurrency is --max-concurrency's job.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         info = await _get_json(session, args.base_url + "/get_server_info", headers) or {}
         model_info = await _get_json(session, args.base_url + "/get_model_info", headers) or {}
         vocab = args.vocab_size or info.get("vocab_size") or 32000
