@@ -24,8 +24,9 @@ class ServerArgs:
         chunked_prefill_size: max new tokens in one prefill batch; a longer prompt is split.
         max_prefill_tokens: token budget of one prefill batch (new tokens of all its requests).
         max_running_requests: cap on concurrently running requests; ``None`` (default) derives it
-            from the KV pool: ``max_total_tokens // 256`` clamped to [16, 1024]
-            (``ModelRunner.max_running_requests``).
+            from the KV pool: ``max_total_tokens // 256`` clamped to [16, 1024], and with CUDA
+            graphs at most the largest captured batch (``cuda_graph_max_bs``; larger decode
+            batches would run eagerly) (``ModelRunner.max_running_requests``).
         context_length: max prompt + output tokens; defaults to the model's max_position_embeddings.
         schedule_policy: one of lpm, dfs-weight, fcfs, lof, random.
         disable_radix_cache: use the no-op prefix cache.
