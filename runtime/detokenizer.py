@@ -121,6 +121,9 @@ class IncrementalDetokenizer:
         return ""
 
     def _add_text(self, new: str) -> str:
+        if self._no_stop:
+            self._text += new
+            return new
         if self.matched_stop is not None:
             return ""
         old_len = len(self._text)
@@ -210,24 +213,12 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
                 texts = None
             for i, d, w, prefix in members:
                 try:
-                    if texts is None:
-                        if prefix.__class__ is not str:
-                            prefix = d._decode(windows[w])
-                            w += 1
-                        full = d._decode(windows[w])
-                    else:
-                        if prefix.__class__ is not str:
-                            if prefix is not None:
-                                d._single[prefix] = texts[w]
-                            prefix = texts[w]
-                            w += 1
-                        full = texts[w]
-                    if len(full) > len(prefix) and not full.endswith("\ufffd"):
-                        d.prefix_offset, d.read_offset = d.read_offset, len(d.ids)
-                        if d._no_stop:
-                            d._text += full[len(prefix):]
-                        else:
-                            d._add_text(full[len(prefix):])
+                    if prefix.__class__ is not str:  # NOTE: its prefix window was decoded here
+                        text = d._decode(windows[w]) if texts is None else texts[w]
+                        if prefix is not None and texts is not None:
+                            d._single[prefix] = text
+                        prefix, w = text, w + 1
+                    d._advance(prefix, d._decode(windows[w]) if texts is None else texts[w])
                 except Exception as e:
                     failed[i] = e
         work = [item for item in later if item[0] not in failed]

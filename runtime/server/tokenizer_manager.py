@@ -146,12 +146,7 @@ class TokenizerManager:
             if st is None:
                 continue
             if ids:
-                if st.first_token_t is None:
-                    st.first_token_t = now
-                    self.metrics.ttft.observe(now - st.t0)
-                elif st.last_token_t is not None:
-                    itl.append((now - st.last_token_t) / len(ids))
-                st.last_token_t = now
+                self._token_times(st, len(ids), now, itl)
                 st.output_ids += ids
             st.started = True
             if text:
@@ -163,6 +158,16 @@ class TokenizerManager:
         if itl:
             observe_many(self.metrics.itl, itl)
 
+    def _token_times(self, st: ReqState, n: int, now: float, itl: list[float]) -> None:
+        """``n`` tokens of ``st`` arrived at ``now``: observe its TTFT (first tokens) or append
+        the inter-token latency per token to ``itl``."""
+        if st.first_token_t is None:
+            st.first_token_t = now
+            self.metrics.ttft.observe(now - st.t0)
+        elif st.last_token_t is not None:
+            itl.append((now - st.last_token_t) / n)
+        st.last_token_t = now
+
     def _apply(self, out: StrOut, now: float | None = None) -> None:
         """One per-request output (cumulative text)."""
         st = self.states.get(out.rid)
@@ -170,12 +175,10 @@ class TokenizerManager:
             return
         now = time.perf_counter() if now is None else now
         if out.new_output_ids:
-            if st.first_token_t is None:
-                st.first_token_t = now
-                self.metrics.ttft.observe(now - st.t0)
-            elif st.last_token_t is not None:
-                self.metrics.itl.observe((now - st.last_token_t) / len(out.new_output_ids))
-            st.last_token_t = now
+            itl: list[float] = []
+            self._token_times(st, len(out.new_output_ids), now, itl)
+            if itl:
+                self.metrics.itl.observe(itl[0])
         st.started = True
         st.text = out.text
         st.output_ids.extend(out.new_output_ids)
