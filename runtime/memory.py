@@ -127,7 +127,7 @@ class ReqToTokenPool:
 
     def write(self, row: int, start: int, indices: torch.Tensor) -> None:
         """Store slot ``indices`` (``[n]``) at positions ``start .. start+n-1`` of ``row``."""
-        self.req_to_token[row, start : start + indices.numel()] = indices.to(torch.int32)
+        self.req_to_token[row, start : start + indices.numel()] = indices  # NOTE: the copy casts
 
     def write_batch(self, rows: list[int], positions: list[int], slots: torch.Tensor) -> None:
         """Store ``slots[i]`` at ``(rows[i], positions[i])`` for every i, in one indexing op."""

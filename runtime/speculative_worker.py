@@ -237,7 +237,7 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
     slices, off = [], 0
     for r, n, d in zip(reqs, lens, drafts):  # NOTE: each slice keeps its slots' host copy (settle)
         if per_slice_writes:
-            pool.req_to_token[r.req_pool_idx, r.kv_len : r.kv_len + n] = slots if whole else slots[off : off + n]
+            pool.write(r.req_pool_idx, r.kv_len, slots if whole else slots[off : off + n])
         cpu = host if whole else host[off : off + n]
         slices.append(ReqSlice(r, r.kv_len, r.kv_len + n, True, slots=cpu, draft_ids=list(d)))
         off += n
