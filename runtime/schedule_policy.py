@@ -146,7 +146,7 @@ class SchedulePolicy:
             if req.num_tokens - m < threshold:  # NOTE: never deferred, never deferring another
                 eligible.append(req)
                 continue
-            key = (id(last_nodes[id(req)]), tuple(req.token_slice(m, m + threshold)))
+            key = sharing_key(last_nodes[id(req)], req.token_slice(m, m + threshold))
             if key in seen:
                 req.deprioritized = True
                 later.append(req)
@@ -173,6 +173,12 @@ class SchedulePolicy:
             seen.insert(ids, torch.empty(len(ids), dtype=torch.int64))
             eligible.append(req)
         waiting[:] = eligible + later
+
+
+def sharing_key(node: object, next_ids: list[int]) -> tuple:
+    """Key of in-batch prefix sharing: two requests whose cache match ends at ``node`` and whose
+    next ``in_batch_prefix_threshold`` tokens are ``next_ids`` would compute the same prefix."""
+    return id(node), tuple(next_ids)
 
 
 def req_ids(req: Req) -> list[int]:

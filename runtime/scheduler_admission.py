@@ -14,7 +14,7 @@ from __future__ import annotations
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.request import Req, ReqStatus
-from radixlm.runtime.schedule_policy import req_ids
+from radixlm.runtime.schedule_policy import req_ids, sharing_key
 from radixlm.runtime.scheduler_recovery import abort_bad_grammars
 
 # Default mixed-batch prefill: this many tokens for a model of MIXED_CHUNK_PARAMS parameters per
@@ -176,7 +176,7 @@ class PrefillAdmission:
         extend = req.num_tokens - prefix_len
         threshold = self.policy.in_batch_prefix_threshold
         if sharing is not None and threshold > 0 and extend > threshold and not self.tree_cache.disabled:
-            key = (id(match.last_node), tuple(ids[prefix_len : prefix_len + threshold]))
+            key = sharing_key(match.last_node, ids[prefix_len : prefix_len + threshold])
             if key in sharing:
                 return None
             sharing.add(key)
