@@ -21,13 +21,13 @@ class DfaEngine:
         self.dfa = dfa
         live = dfa.trans != 0
         count = live.sum(axis=1)
-        # NOTE: the class trie (own regions cache) pays off when the masks to come would walk the
-        # trie ~CLASS_TRIE_WALKS times (its build costs tens of walks): a DFA too large to
-        # precompute (masks computed while serving), or a precomputed one with that much work.
         # NOTE: cold states (reachable only through a rarely taken branch, see ast.cold) are left
         # to their first visit; every other state is precomputed when the DFA is small enough.
         self.hot = np.arange(1, dfa.n_states) if dfa.hot is None else np.nonzero(dfa.hot)[0]
         self.hot = self.hot[self.hot != 0]
+        # NOTE: the class trie (own regions cache) pays off when the masks to come would walk the
+        # trie ~CLASS_TRIE_WALKS times (its build costs tens of walks): a DFA too large to
+        # precompute (masks computed while serving), or a precomputed one with that much work.
         full = info.trie
         work = np.minimum(live[self.hot] @ full.byte_weight.astype(np.float64), full.n_nodes).sum()
         lazy = not eager or self.hot.size > EAGER_STATES

@@ -29,6 +29,7 @@ from radixlm.grammar.trie import TokenTrie, expand
 REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
+DENSE_STOP_CHECK = 2048  # the dense walk tests a level for live parents only below this many nodes
 
 
 def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray,
@@ -71,7 +72,7 @@ def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
     st[0] = start
     for lo, hi, parent, byte in trie.levels():
         par = st[parent]
-        if hi - lo < 2048 and not par.any():
+        if hi - lo < DENSE_STOP_CHECK and not par.any():
             break
         par <<= 8
         par += byte
