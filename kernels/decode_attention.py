@@ -12,6 +12,10 @@ slice of the sequence through ``req_to_token`` and writes a partial output and l
 2 merges the splits per (request, head). With one split, stage 1 writes the output directly.
 Splits are computed per request from ``seq_lens`` (and the window) on the device, so
 ``num_kv_splits`` and ``window`` are launch arguments that CUDA graphs can capture.
+
+With ``shared=`` (:class:`SharedPrefix`, cascade attention; see ``shared_prefix_attention.py``),
+a third kernel reads each shared prefix once per chunk of requests and writes extra split slots;
+stage 1 then covers only each request's own keys ``[start, seq_len)`` and stage 2 merges both.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ import math
 import torch
 
 from radixlm.kernels._triton import check_triton, dot, device_sms, next_pow2, tl, triton
+from radixlm.kernels.shared_prefix_attention import (
+    SharedPrefix,
+    _split_len,
+    check_shared_shapes,
+    default_num_shared_splits,
+    launch_shared_prefix_stage,
+    shared_prefix_attention_ref,
+)
 
 _LOG2E = 1.4426950408889634
 
@@ -36,15 +48,24 @@ def decode_attention_ref(
     num_kv_splits: int | None = None,
     out: torch.Tensor | None = None,
     window: int = 0,
+    shared: SharedPrefix | None = None,
+    num_shared_splits: int | None = None,
 ) -> torch.Tensor:
     """Torch reference (fp32 math, one request at a time). Same contract as :func:`decode_attention`.
 
-    A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits`` is ignored.
+    A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits`` and ``num_shared_splits``
+    are ignored. With ``shared``, checks the :class:`SharedPrefix` contract (ValueError) and
+    computes the cascade form (:func:`shared_prefix_attention_ref`), equal to the plain result.
     """
     B, H, D = q.shape
     KH = k_buffer.shape[1]
     G = H // KH
     o = torch.zeros((B, H, D), dtype=q.dtype, device=q.device) if out is None else out
+    if shared is not None:
+        if window > 0:
+            raise ValueError("shared-prefix attention does not support a sliding window")
+        return shared_prefix_attention_ref(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens,
+                                           sm_scale, shared, o)
     rows = req_pool_indices.tolist()
     lens = seq_lens.tolist()
     for b in range(B):
@@ -64,16 +85,20 @@ def decode_attention_ref(
 
 
 @triton.jit
-def _kv_range(seq_lens_ptr, b, window):
-    """``(lo, hi)``: the positions request ``b`` attends to (the last ``window`` when ``window > 0``)."""
+def _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED: tl.constexpr):
+    """``(lo, hi)``: the positions request ``b`` attends to (the last ``window`` when ``window > 0``);
+    with ``HAS_SHARED``, its own positions ``[start[b], seq_len)`` (the shared ones go elsewhere)."""
     hi = tl.load(seq_lens_ptr + b).to(tl.int32)
-    lo = tl.where(window > 0, tl.maximum(hi - window, 0), 0)
+    if HAS_SHARED:
+        lo = tl.load(start_ptr + b).to(tl.int32)
+    else:
+        lo = tl.where(window > 0, tl.maximum(hi - window, 0), 0)
     return lo, hi
 
 
 @triton.jit(do_not_specialize=["window"])
 def _decode_stage1(
-    q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr,
+    q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, start_ptr,
     mid_o_ptr, mid_lse_ptr,
     qk_scale, num_kv_splits, window,
     stride_qb, stride_qh,
@@ -84,14 +109,14 @@ def _decode_stage1(
     stride_mlb, stride_mlh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
-    ONE_SPLIT: tl.constexpr,
+    ONE_SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr,
 ):
     # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2.
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
 
-    lo, hi = _kv_range(seq_lens_ptr, b, window)
+    lo, hi = _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED)
     # Splits are whole BLOCK_N tiles, so a short sequence occupies few splits (the rest exit).
     split_len = tl.cdiv(tl.cdiv(hi - lo, num_kv_splits), BLOCK_N) * BLOCK_N
     start = lo + split * split_len
@@ -146,16 +171,19 @@ def _decode_stage1(
 
 @triton.jit(do_not_specialize=["window"])
 def _decode_stage2(
-    mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr,
-    num_kv_splits, window,
+    mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, start_ptr,
+    num_kv_splits, num_shared_splits, window,
     stride_mob, stride_moh, stride_mos,
     stride_mlb, stride_mlh,
     stride_ob, stride_oh,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_SHARED: tl.constexpr, SHARED_BLOCK_N: tl.constexpr,
 ):
+    # With HAS_SHARED, split slots [num_kv_splits, num_kv_splits + num_shared_splits) hold the
+    # shared-prefix partials of [0, start[b]) (start 0: row in no chunk, none ran).
     b = tl.program_id(0)
     h = tl.program_id(1)
-    lo, hi = _kv_range(seq_lens_ptr, b, window)
+    lo, hi = _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED)
     split_len = tl.cdiv(tl.cdiv(hi - lo, num_kv_splits), BLOCK_N) * BLOCK_N  # as in stage 1
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
@@ -175,6 +203,18 @@ def _decode_stage2(
             acc = acc * alpha + w * part
             l_i = l_i * alpha + w
             m_i = m_new
+    if HAS_SHARED:
+        shared_split_len = _split_len(lo, num_shared_splits, SHARED_BLOCK_N)  # as in the shared stage
+        for split in range(0, num_shared_splits):
+            if split * shared_split_len < lo:
+                lse = tl.load(ml + num_kv_splits + split)
+                part = tl.load(mo + (num_kv_splits + split) * stride_mos + offs_d, mask=mask_d, other=0.0)
+                m_new = tl.maximum(m_i, lse)
+                alpha = tl.exp2(m_i - m_new)
+                w = tl.exp2(lse - m_new)
+                acc = acc * alpha + w * part
+                l_i = l_i * alpha + w
+                m_i = m_new
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)  # no split ran (seq_len 0): zeros
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=mask_d)
 
@@ -206,6 +246,11 @@ def decode_attention(
     block_n: int = 64,
     num_warps: int = 4,
     num_stages: int = 3,
+    shared: SharedPrefix | None = None,
+    num_shared_splits: int | None = None,
+    shared_block_n: int = 64,
+    shared_num_warps: int | None = None,
+    shared_num_stages: int = 2,
 ) -> torch.Tensor:
     """Attention of one query token per request over its KV in the pool (Triton).
 
@@ -216,13 +261,25 @@ def decode_attention(
         req_pool_indices: int ``[B]`` rows of ``req_to_token``.
         seq_lens: int ``[B]``; request ``b`` attends to positions ``[0, seq_lens[b])``.
         sm_scale: softmax scale (usually ``D ** -0.5``).
-        num_kv_splits: splits of each sequence (default :func:`default_num_kv_splits`).
+        num_kv_splits: splits of each sequence (of its own keys with ``shared``; default
+            :func:`default_num_kv_splits`).
         out: optional ``[B, H, D]`` output buffer (e.g. a CUDA-graph static tensor).
         window: sliding window in keys (the query's own included); ``<= 0`` attends to all.
         block_n, num_warps, num_stages: tuning knobs of stage 1.
+        shared: prefixes shared by chunks of rows (:class:`SharedPrefix`, its contract is not
+            checked here: no host reads). Each shared K/V tile is read once per chunk (Hydragen /
+            FlashInfer cascade attention); the result equals plain attention over ``[0, seq_len)``.
+        num_shared_splits: splits of each shared prefix (default :func:`default_num_shared_splits`
+            of ``NC``; where ``NC`` is a capacity that most steps fill only partly, pass a count
+            sized for the chunks usually filled, so that a long prefix is still read in parallel).
+        shared_block_n, shared_num_warps, shared_num_stages: tuning knobs of the shared stage
+            (``shared_num_warps`` None: 8 from a 32 x 128 query tile on, else 4).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.
+
+    Raises:
+        ValueError: ``shared`` with ``window > 0``, or ``shared`` of the wrong shapes / dtypes / device.
     """
     B, H, D = q.shape
     assert k_buffer.dim() == 3 and k_buffer.shape == v_buffer.shape, (k_buffer.shape, v_buffer.shape)
@@ -234,6 +291,10 @@ def decode_attention(
     assert req_pool_indices.shape == (B,) and seq_lens.shape == (B,), (req_pool_indices.shape, seq_lens.shape)
     assert req_pool_indices.dtype in (torch.int32, torch.int64) and seq_lens.dtype in (torch.int32, torch.int64)
     assert isinstance(window, int), f"window must be an int, got {type(window).__name__}"
+    if shared is not None:
+        if window > 0:
+            raise ValueError("shared-prefix attention does not support a sliding window")
+        check_shared_shapes(shared, B, q.device)
     check_triton(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     if out is None:
         out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
@@ -242,38 +303,47 @@ def decode_attention(
         return out
     G = H // KH
     S = num_kv_splits or default_num_kv_splits(B, KH, q.device)
+    SS = 0
+    if shared is not None:
+        SS = num_shared_splits or default_num_shared_splits(shared.num_chunks, KH, q.device)
     BLOCK_D = next_pow2(D)
     common = dict(GROUP=G, HEAD_DIM=D, BLOCK_H=max(16, next_pow2(G)), BLOCK_D=BLOCK_D, BLOCK_N=block_n,
-                  IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages)
-    head = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
+                  IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
+                  HAS_SHARED=shared is not None)
+    start = seq_lens if shared is None else shared.start  # (unread without shared)
+    head = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, start)
     strides = (
         q.stride(0), q.stride(1),
         k_buffer.stride(0), k_buffer.stride(1),
         v_buffer.stride(0), v_buffer.stride(1),
         req_to_token.stride(0),
     )
-    if S == 1:
+    if S == 1 and shared is None:
         _decode_stage1[(B, KH, 1)](
             *head, out, out, sm_scale * _LOG2E, 1, max(window, 0), *strides,
             out.stride(0), out.stride(1), 0, 0, 0,
             ONE_SPLIT=True, **common,
         )
         return out
-    mid_o = torch.empty((B, H, S, D), dtype=torch.float32, device=q.device)
-    mid_lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    mid_o = torch.empty((B, H, S + SS, D), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((B, H, S + SS), dtype=torch.float32, device=q.device)
     _decode_stage1[(B, KH, S)](
         *head, mid_o, mid_lse, sm_scale * _LOG2E, S, max(window, 0), *strides,
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
         mid_lse.stride(0), mid_lse.stride(1),
         ONE_SPLIT=False, **common,
     )
+    if shared is not None:
+        launch_shared_prefix_stage(q, k_buffer, v_buffer, req_to_token, shared, mid_o, mid_lse, sm_scale * _LOG2E,
+                                   SS, S, shared_block_n, shared_num_warps, shared_num_stages)
     _decode_stage2[(B, H)](
-        mid_o, mid_lse, out, seq_lens,
-        S, max(window, 0),
+        mid_o, mid_lse, out, seq_lens, start,
+        S, SS, max(window, 0),
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
         mid_lse.stride(0), mid_lse.stride(1),
         out.stride(0), out.stride(1),
         HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_N=block_n,
+        HAS_SHARED=shared is not None, SHARED_BLOCK_N=shared_block_n,
         num_warps=2 if BLOCK_D <= 128 else 4,
     )
     return out

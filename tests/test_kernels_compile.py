@@ -19,6 +19,7 @@ def _compile_all() -> None:
     from triton.compiler import ASTSource
 
     from radixlm.kernels.decode_attention import _decode_stage1, _decode_stage2
+    from radixlm.kernels.shared_prefix_attention import _shared_prefix_stage
     from radixlm.kernels.extend_attention import _extend_kernel
 
     target = GPUTarget("cuda", 90, 32)
@@ -34,13 +35,22 @@ def _compile_all() -> None:
                **{n: "*i64" for n in ("prefix_lens_ptr", "extend_lens_ptr", "extend_start_ptr")}}
         build(_extend_kernel, ext, dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, IEEE=ieee))
         d1 = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr")}, **common, "seq_lens_ptr": "*i64",
-              "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32"}
+              "start_ptr": "*i64", "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32"}
         consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee)
-        build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False})
-        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"}, {**consts, "ONE_SPLIT": True})
+        for shared in (False, True):
+            build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared})
+        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"}, {**consts, "ONE_SPLIT": True, "HAS_SHARED": False})
         d2 = {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": f"*{dt}", "seq_lens_ptr": "*i64",
-              "num_kv_splits": "i32", "window": "i32"}
-        build(_decode_stage2, d2, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_N=64))
+              "start_ptr": "*i64", "num_kv_splits": "i32", "num_shared_splits": "i32", "window": "i32"}
+        for shared in (False, True):
+            build(_decode_stage2, d2, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_N=64, HAS_SHARED=shared, SHARED_BLOCK_N=64))
+        ds = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr")}, "req_to_token_ptr": "*i32", "qk_scale": "fp32",
+              **{n: "*i64" for n in ("chunk_rows_ptr", "chunk_req_ptr", "chunk_len_ptr")},
+              "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32"}
+        for C, G, D in ((16, 4, 128), (5, 3, 64)):  # 64 rows (8B, chunks of 16); 15 -> 16 rows, GQA 3
+            rows = max(16, triton.next_power_of_2(C * G))
+            build(_shared_prefix_stage, ds,
+                  dict(C=C, GROUP=G, HEAD_DIM=D, BLOCK_R=rows, BLOCK_D=D, BLOCK_N=64, IEEE=ieee))
     print("compiled")
 
 
