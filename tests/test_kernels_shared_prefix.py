@@ -136,13 +136,15 @@ def test_shared_kernel_matches_plain_ref(dev, H, KH, D, dtype, chunk_size, share
 
 
 def test_shared_kernel_strided_q_and_out_buffer(dev):
-    """q a view of a fused qkv, an ``out`` buffer, shared block 32 over a 37-token prefix."""
+    """q a view of a fused qkv, an ``out`` buffer, int32 SharedPrefix tensors, shared block 32 over
+    a 37-token prefix."""
     gen = torch.Generator().manual_seed(5)
     KH, G, D = 1, 4, 32
     k, v, r2t, rows, lens, shared = make_shared_batch(GROUPS[:1], [4], KH, D, torch.float32, gen,
                                                       chunk_size=4, num_chunks=1)
     B = len(lens)
     qkv = torch.randn(B, (KH * G + 2 * KH) * D, generator=gen)
+    shared = SharedPrefix(*(t.int() for t in dataclasses.astuple(shared)))
     (qkv, k, v, r2t, rows, lens), shared = on(dev, shared, qkv, k, v, r2t, rows, lens)
     q = qkv[:, : KH * G * D].view(B, KH * G, D)
     out = torch.full_like(q, float("nan"))
