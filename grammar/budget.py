@@ -105,6 +105,23 @@ def paused_gc() -> Iterator[None]:
                 gc.enable()
 
 
+@contextmanager
+def budget_share(fraction: float) -> Iterator[None]:
+    """Let the ``with`` block spend at most ``fraction`` of the work units left in the enclosing
+    budget (what it spends still counts against the whole); no-op outside a budget. For a first
+    attempt that has a cheaper fallback (see ``GrammarCompiler.compile_json_schema``)."""
+    got = _current.get()
+    if got is None:
+        yield
+        return
+    before, start = got.left, got.spent
+    got.left = int(before * fraction)
+    try:
+        yield
+    finally:
+        got.left = before - (got.spent - start)
+
+
 def budget_spent() -> int:
     """Work units counted so far by the enclosing budget (0 outside one)."""
     got = _current.get()

@@ -12,13 +12,19 @@ import torch
 
 from radixlm.grammar.ast import alt, lit
 from radixlm.grammar.automaton import dfa_from_ast, regex_ast
-from radixlm.grammar.budget import compile_budget, paused_gc
+from radixlm.grammar.budget import budget_share, compile_budget, paused_gc
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
 from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
+
+
+# A JSON schema first compiles to one DFA within DFA_SHARE of the compile budget; past it (or past
+# MAX_DFA_STATES) it compiles as a grammar with the rest.
+DFA_SHARE = 0.5
+TOO_LARGE = ("grammar too large", "grammar too complex")
 
 
 class CompiledGrammar:
@@ -126,9 +132,22 @@ class GrammarCompiler:
 
         def build() -> CompiledGrammar:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
-                node, rules = json_schema_to_ast(schema, any_whitespace)
-                if not rules:
-                    return self._dfa_grammar("json_schema", text, node)
+                try:
+                    with budget_share(DFA_SHARE):
+                        node, rules = json_schema_to_ast(schema, any_whitespace)
+                        dfa = None if rules else dfa_from_ast(node)
+                except GrammarError as e:
+                    if not str(e).startswith(TOO_LARGE):
+                        raise
+                    # NOTE: one automaton for the whole schema is too large (copies of undeclared
+                    # values, orders): the grammar keeps each piece apart (the Earley engine)
+                    node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True)
+                    dfa = None
+                if dfa is not None:
+                    if dfa.start == 0:
+                        raise GrammarError("the json_schema accepts no string")
+                    engine = DfaEngine(dfa, self.tokenizer_info, self.regions)
+                    return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
                 from radixlm.grammar.earley_engine import EarleyEngine
 
                 engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)

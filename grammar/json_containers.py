@@ -291,26 +291,44 @@ class ContainerMixin:
         body = order_free if order_free is not None else ordered(entries, 0)
         if order_free is None and sum(sizes) <= ANY_ORDER_BUDGET:
             # NOTE: a second order, cold: the required properties in the order ``required`` lists
-            # them, then the optional ones (outputs often follow it); one more copy of the object
+            # them, then the optional ones (in any order when few); one more copy of the object
             by_key = dict(zip(keys, entries))
             seq = [by_key[k] for k in required if k in by_key] + [e for k, e in zip(keys, entries) if not e[1]]
-            if seq != entries:
-                body = alt(body, cold(ordered(seq, 1)))
+            size_of = dict(zip(keys, sizes))
+            seq_sizes = [size_of[k] for k in required if k in by_key] + [z for z, (_, r) in zip(sizes, entries) if not r]
+            free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p)
+            if free_tail is not None or seq != entries:
+                body = alt(body, cold(free_tail or ordered(seq, 1)))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
 
+    def _required_first(self, seq: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
+                        hi_p: int | None) -> Node | None:
+        """The body with the required entries of ``seq`` first, in that order, then the optional
+        ones in any order (see ``_any_order``; ``sizes`` in ``seq`` order); None when the
+        optional ones are too many for that, or none is required."""
+        n_req = sum(1 for _, req in seq if req)
+        if not n_req or hi_p is not None and hi_p < n_req:
+            return None
+        order_free = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req)
+        if order_free is None:
+            return None
+        head = [seq[0][0]] + [cat(self.comma, kv) for kv, _ in seq[1:n_req]]
+        return cat(*head, order_free)
+
     def _any_order(self, entries: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
-                   hi_p: int | None) -> Node | None:
+                   hi_p: int | None, offset: int = 0) -> Node | None:
         """The object body with the declared ``entries`` (``(key: value node, required)``) in any
         order, each at most once, every required one present, then the undeclared pairs
         (``extras(count, first)``). One automaton state per set of emitted properties (a
         ``share`` per set), so the size grows as ``2^n``: None (keep schema order) past
         ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` added fragments, or with one
         property. Pairs out of schema order, or after a skipped required entry or more than
-        ``_hot_skips`` skipped optional ones, are cold."""
+        ``_hot_skips`` skipped optional ones, are cold. ``offset``: pairs already written before
+        these (each entry then follows a comma)."""
         n = len(entries)
-        if n < 2 or n > ANY_ORDER_MAX:
+        if n < (1 if offset else 2) or n > ANY_ORDER_MAX:
             return None
         if sum(sizes) * ((1 << (n - 1)) - 1) > ANY_ORDER_BUDGET:  # the copies beyond schema order
             return None
@@ -322,21 +340,21 @@ class ContainerMixin:
             got = memo.get(done)
             if got is not None:
                 return got
-            count = bin(done).count("1")
+            count = bin(done).count("1") + offset
             options = []
             if hi_p is None or count < hi_p:
                 for i, (kv, _) in enumerate(entries):
                     if not done >> i & 1:
-                        pair = kv if done == 0 else cat(self.comma, kv)
+                        pair = kv if count == 0 else cat(self.comma, kv)
                         earlier = (1 << i) - 1
                         missed = earlier & ~done
                         if done >> i or missed & need or bin(missed).count("1") > skips:
                             pair = cold(pair)  # NOTE: out of schema order (or rare): masks on first visit
                         options.append(cat(pair, after(done | 1 << i)))
             if done & need == need:
-                options.append(extras(count, done == 0))
+                options.append(extras(count, count == 0))
             out = alt(*options)
-            out = ("share", (uid, "any", done), out) if out not in (EMPTY, NOTHING) else out
+            out = ("share", (uid, "any", offset, done), out) if out not in (EMPTY, NOTHING) else out
             memo[done] = out
             return out
 

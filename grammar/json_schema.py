@@ -312,10 +312,14 @@ def parse_schema(schema: str | dict | bool) -> Any:
     raise GrammarError(f"json_schema must be a str or dict, got {type(schema).__name__}")
 
 
-def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False) -> tuple[Node, dict[str, Node]]:
+def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
+                       grammar: bool = False) -> tuple[Node, dict[str, Node]]:
     """Convert a JSON Schema (within the current compile budget, see
     :mod:`radixlm.grammar.budget`).
 
+    Args:
+        grammar: convert as a grammar even when the schema is not recursive (a schema whose single
+            automaton is too large: undeclared values are then any JSON value).
     Returns:
         ``(root, rules)``: ``rules`` is empty for a non-recursive schema (``root`` is then a plain
         regex AST); otherwise ``root`` and the rules contain ``("ref", name)`` nodes.
@@ -325,7 +329,7 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False) 
     """
     with compile_budget():
         try:
-            return _convert(parse_schema(schema), any_whitespace)
+            return _convert(parse_schema(schema), any_whitespace, grammar)
         except GrammarError:
             raise
         except RecursionError:
@@ -334,9 +338,11 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False) 
             raise GrammarError(f"invalid or unsupported schema ({type(e).__name__}: {e})") from None
 
 
-def _convert(root: Any, any_whitespace: bool) -> tuple[Node, dict[str, Node]]:
+def _convert(root: Any, any_whitespace: bool, grammar: bool) -> tuple[Node, dict[str, Node]]:
     root = canonical_refs(root)
     try:
+        if grammar:
+            raise _Recursive()
         conv = SchemaConverter(root, any_whitespace, grammar_mode=False)
         node = conv.node(root)
         if conv.walk.size(node) > MAX_REGEX_SIZE:
@@ -345,4 +351,7 @@ def _convert(root: Any, any_whitespace: bool) -> tuple[Node, dict[str, Node]]:
     except _Recursive:
         conv = SchemaConverter(root, any_whitespace, grammar_mode=True)
         node = conv.node(root)
+        if not conv.rules:  # NOTE: the Earley engine needs a rule: the root value as one
+            conv.rules["__root"] = node
+            node = ("ref", "__root")
         return node, conv.rules

@@ -3,6 +3,7 @@ conservative disjointness test for ``oneOf``."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -14,6 +15,7 @@ OBJECT_KWS = ("properties", "required", "additionalProperties", "minProperties",
               "propertyNames", "patternProperties", "unevaluatedProperties", "dependencies")
 ARRAY_KWS = ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains")
 STRING_KWS = ("minLength", "maxLength", "pattern", "format")
+MAX_DEPTH = 6  # nested $refs / combinators / properties that ``disjoint`` looks through
 NUMBER_KWS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
@@ -157,16 +159,45 @@ def _interval(s: dict) -> tuple[Decimal | None, Decimal | None]:
     return lo, hi
 
 
-def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None = None) -> bool:
-    """True only when no instance can satisfy both schemas (conservative: False when unsure)."""
+def _branches(s: dict, root: Any) -> list[Any] | None:
+    """The branches of a schema whose only combinator is one ``anyOf`` / ``oneOf``, each merged
+    with the schema's other keywords (what the converter emits for it, see
+    ``SchemaConverter.combinator``): the schema's instances all satisfy one of them. None for any
+    other schema."""
+    kinds = [k for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks", "$ref") if k in s]
+    if len(kinds) != 1 or kinds[0] not in ("anyOf", "oneOf") or not isinstance(s[kinds[0]], list):
+        return None
+    from radixlm.grammar.schema_merge import merge
+
+    rest = {k: v for k, v in s.items() if k != kinds[0] and k not in ANNOTATIONS}
+    out = []
+    for b in s[kinds[0]]:
+        if isinstance(b, dict) and "$ref" in b:
+            if len(b) != 1:
+                return None
+            b = resolve_pointer(root, b["$ref"])
+        try:
+            out.append(merge(rest, b) if rest else b)
+        except GrammarError:
+            return None
+    return out
+
+
+def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None = None,
+             depth: int = 0) -> bool:
+    """True only when no instance can satisfy both schemas (conservative: False when unsure).
+    A schema combining branches (``anyOf`` / ``oneOf``) is disjoint from ``b`` when each of its
+    branches is (to ``MAX_DEPTH`` nested combinators)."""
     if a is False or b is False:
         return True
     if a is True or b is True or not isinstance(a, dict) or not isinstance(b, dict):
         return False
-    if "$ref" in a:
-        return disjoint(resolve_pointer(root, a["$ref"]), b, root, string_dfa) if len(a) == 1 else False
-    if "$ref" in b:
-        return disjoint(a, resolve_pointer(root, b["$ref"]), root, string_dfa) if len(b) == 1 else False
+    if "$ref" in a or "$ref" in b:
+        if depth >= MAX_DEPTH or len(a if "$ref" in a else b) != 1:
+            return False
+        if "$ref" in a:
+            return disjoint(resolve_pointer(root, a["$ref"]), b, root, string_dfa, depth + 1)
+        return disjoint(a, resolve_pointer(root, b["$ref"]), root, string_dfa, depth + 1)
     # NOTE: what the converter emits for ``a`` (its implied types) must fail ``b`` (whose language
     # may hold every type its keywords do not exclude), and the other way round.
     common = (emitted_types(a) & possible_types(b)) | (emitted_types(b) & possible_types(a))
@@ -185,13 +216,20 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
                 return not any(check.is_valid(v) for v in vals)
             except Exception:  # noqa: BLE001
                 return False
+    if common == {"object"} and _keys_disjoint(a, b):
+        return True
+    if depth < MAX_DEPTH:
+        for x, y in ((a, b), (b, a)):
+            parts = _branches(x, root)
+            if parts is not None:
+                return all(disjoint(p, y, root, string_dfa, depth + 1) for p in parts)
     if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks")):
         return False
     if common == {"object"}:
         pa, pb = a.get("properties", {}), b.get("properties", {})
         ra, rb = set(a.get("required", [])), set(b.get("required", []))
         for k in ra & rb:
-            if k in pa and k in pb and disjoint(pa[k], pb[k], root, string_dfa):
+            if k in pa and k in pb and disjoint(pa[k], pb[k], root, string_dfa, depth + 1):
                 return True
         for req, props, other in ((ra, pb, b), (rb, pa, a)):
             for k in req:
@@ -206,3 +244,40 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
 
         return product(string_dfa(a), string_dfa(b), "and").start == 0
     return False
+
+
+def _keys_disjoint(a: dict, b: dict) -> bool:
+    """No object satisfies both ``a`` and ``b``: one of them needs a property
+    (``required`` / ``minProperties``) and no key is allowed by both (each allows only its declared
+    and ``patternProperties`` keys). Every other keyword only narrows an object, so this holds
+    whatever else the schemas say."""
+
+    def nonempty(s: dict) -> bool:
+        return bool(s.get("required")) or int(s.get("minProperties", 0)) > 0
+
+    def forms(s: dict) -> tuple[list[str], list[str]] | None:
+        if s.get("additionalProperties", s.get("unevaluatedProperties")) is not False:
+            return None
+        names = [k for k, v in s.get("properties", {}).items() if v is not False]
+        pats = [p for p, v in s.get("patternProperties", {}).items() if v is not False]
+        return names, pats
+
+    if not (nonempty(a) or nonempty(b)):
+        return False
+    fa, fb = forms(a), forms(b)
+    if fa is None or fb is None:
+        return False
+    from radixlm.grammar.dfa_ops import product
+    from radixlm.grammar.json_scalars import content_dfa
+
+    try:
+        da = [content_dfa(p, True) for p in fa[1]]
+        db = [content_dfa(p, True) for p in fb[1]]
+    except GrammarError:
+        return False
+    if set(fa[0]) & set(fb[0]):
+        return False
+    for names, dfas in ((fa[0], db), (fb[0], da)):
+        if any(d.matches(json.dumps(k)) for k in names for d in dfas):
+            return False
+    return all(product(x, y, "and").start == 0 for x in da for y in db)
