@@ -239,12 +239,17 @@ def regex_to_dfa(pattern: str, search: bool = False) -> ByteDFA:
 
 def regex_ast(pattern: str, search: bool = False) -> Node:
     """Anchor-free AST of ``pattern`` with the given match semantics (see :func:`regex_to_dfa`)."""
-    alts = []
+    # NOTE: alternatives anchored alike share one unanchored prefix / suffix: one copy of each per
+    # alternative would make the DFA track which alternatives matched (2^n states for n of them)
+    groups: dict[tuple[bool, bool], list[Node]] = {}
     for body, a_start, a_end in strip_anchors(parse_regex(pattern)):
-        items = [body]
-        if search and not a_start:
+        groups.setdefault((a_start or not search, a_end or not search), []).append(body)
+    alts = []
+    for (a_start, a_end), bodies in groups.items():
+        items = [bodies[0] if len(bodies) == 1 else ("alt", tuple(bodies))]
+        if not a_start:
             items.insert(0, ANY)
-        if search and not a_end:
+        if not a_end:
             items.append(ANY)
-        alts.append(("cat", tuple(items)) if len(items) > 1 else body)
+        alts.append(("cat", tuple(items)) if len(items) > 1 else items[0])
     return alts[0] if len(alts) == 1 else ("alt", tuple(alts))

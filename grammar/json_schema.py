@@ -66,6 +66,7 @@ UNSUPPORTED = ("unevaluatedItems", "$dynamicRef", "$recursiveRef")
 ANY_RULE = "__json_value"
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
 RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule of its own
+LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)
 
 
 class SchemaConverter(ContainerMixin, NotMixin):
@@ -87,6 +88,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
         self.done: dict[str, Node] = {}
         self.obj_depth = 0  # objects around the one being converted (see ``extra_value``)
         self.walk = Walk()
+        self.leaves: dict[int, str] = {}  # id of a large scalar automaton -> its rule (leaf_rule)
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -279,12 +281,25 @@ class SchemaConverter(ContainerMixin, NotMixin):
         if t == "boolean":
             return _leaf(alt(lit("true"), lit("false")))
         if t in ("integer", "number"):
-            return _leaf(number_node(schema, extra, t == "integer"))
+            return self.leaf_rule(_leaf(number_node(schema, extra, t == "integer")))
         if t == "string":
-            return _leaf(string_node(schema, extra))
+            return self.leaf_rule(_leaf(string_node(schema, extra)))
         if t == "array":
             return self.array(schema)
         return self.object(schema)
+
+
+    def leaf_rule(self, node: Node) -> Node:
+        """In a grammar, a scalar automaton over ``LEAF_RULE_STATES`` states (a long ``maxLength``
+        string) becomes a rule of its own, one per distinct automaton: the pieces around it stay
+        small and every use shares one terminal."""
+        if not self.grammar_mode or node[0] != "dfa" or node[1].n_states <= LEAF_RULE_STATES:
+            return node
+        name = self.leaves.get(id(node[1]))
+        if name is None:
+            name = self.leaves[id(node[1])] = f"__leaf{len(self.leaves)}"
+            self.rules[name] = node
+        return ("ref", name)
 
 
 def _leaf(node: Node) -> Node:

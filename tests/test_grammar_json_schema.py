@@ -101,6 +101,17 @@ CASES = [
      [["a", 1, 2]], [["a", "b"]]),
     ("anyOf", {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 5}]}, ["s", 5], [4, None]),
     ("oneOf disjoint", {"oneOf": [{"type": "string"}, {"type": "null"}]}, ["s", None], [1]),
+    ("oneOf of combinators disjoint branch by branch", {"oneOf": [
+        {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]},
+        {"anyOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}, {"type": "null"}]}]},
+     ["s", [1, 2], {"x": 1}, None], [1, {"y": 1}, ["s"], True]),
+    ("oneOf of objects whose allowed keys are disjoint", {"oneOf": [
+        {"type": "object", "patternProperties": {"^[0-9]+x$": {"type": "string"}}, "additionalProperties": False,
+         "minProperties": 1},
+        {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "string"}}, "additionalProperties": False,
+         "minProperties": 1, "not": {"required": ["ios"]}}]},
+     [{"2x": "a"}, {"ab": "c", "d": "e"}, {"15x": "a", "3x": "b"}], [{}, {"2x": "a", "ab": "c"}, {"A": "b"}, {"ios": "a"},
+                                                                     {"2x": 1}]),
     ("allOf merge", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
                                {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
      [{"a": 1, "b": "x"}], [{"a": 1}, {"b": "x"}]),
@@ -179,3 +190,35 @@ def test_implicit_additional_properties(monkeypatch: pytest.MonkeyPatch) -> None
     strict = _Recognizer({**OBJ, "title": "strict"})
     assert strict(json.dumps({"name": "x", "age": 2}))
     assert not strict(json.dumps({"name": "x", "extra": 1}))
+
+
+def test_schema_too_large_for_one_automaton_compiles_as_a_grammar() -> None:
+    """Twenty long-``maxLength`` strings are over 100,000 DFA states as one automaton: the schema
+    compiles as a grammar (the Earley engine; each long string one shared rule), token by token
+    on the default model's vocabulary."""
+    from radixlm.grammar import GrammarMatcher
+    from radixlm.grammar.earley_engine import EarleyEngine
+    from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, encode_exact, load_compiler, load_tokenizer
+
+    props = {f"field{i}": {"type": ["string", "null"], "maxLength": 4096} for i in range(20)}
+    schema = {"type": "object", "properties": props | {"n": {"type": "integer"}}, "required": ["field3", "n"],
+              "additionalProperties": False}
+    comp, tok = load_compiler(DEFAULT_TOKENIZER), load_tokenizer(DEFAULT_TOKENIZER)
+    compiled = comp.compile_json_schema(schema)
+    assert isinstance(compiled.engine, EarleyEngine)
+    info = compiled.tokenizer_info
+
+    def accepted(text: str) -> bool:
+        m = GrammarMatcher(compiled)
+        return all(m.accept_token(t) for t in encode_exact(tok, info, text) + [info.stop_token_ids[0]]) \
+            and m.is_terminated()
+
+    good = [{"field3": "x" * 300, "n": 1}, {"field0": None, "field3": "é", "field7": "", "n": -2},
+            {"field3": "a", "n": 5, "field0": None, "field1": "b"}]
+    bad = [{"field3": "x", "n": "1"}, {"field0": "a", "n": 1}, {"field3": "x", "n": 1, "zz": 1},
+           {"field3": 1, "n": 1}]
+    for v in good:
+        assert accepted(json.dumps(v)), v
+    for v in bad:
+        assert not accepted(json.dumps(v)), v
+    assert not accepted('{"field3": "x", "n": 1, "field3": "y"}')

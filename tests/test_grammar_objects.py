@@ -84,6 +84,11 @@ MORE_CASES = [
       {"e": 2, "b": 1, "c": "", "d": None}, {"a": "", "b": 1, "c": "", "d": None, "e": 2, "f": False}],
      [{"b": 1, "e": 2, "c": ""}, {"e": 2, "b": 1, "c": ""} | {"a": 1}, R('{"e": 2, "b": 1, "c": "", "e": 3}'),
       R('{"e": 2, "b": 1, "c": "", "b": 1}'), {"e": 2, "b": 1}, {"e": 2, "b": 1, "c": "", "f": 1}]),
+    ("large object: the required first, then the optional ones in any order", SIX,
+     [{"e": 2, "b": 1, "c": "", "f": True, "a": "x", "d": None}, {"e": 2, "b": 1, "c": "", "d": None, "a": ""},
+      {"e": 2, "b": 1, "c": "", "f": False, "zz": [1]}],
+     [R('{"e": 2, "b": 1, "c": "", "f": true, "a": "x", "f": false}'), {"e": 2, "b": 1, "c": "", "d": None, "a": 1},
+      R('{"e": 2, "b": 1, "c": "", "a": "", "c": ""}'), {"e": 2, "b": 1, "f": True, "a": "x"}]),
 ]
 
 

@@ -77,6 +77,22 @@ def test_search_semantics() -> None:
     assert not regex_to_dfa("ab$", search=True).matches("abz")
 
 
+def test_search_alternatives_share_the_unanchored_ends() -> None:
+    """``a|b|c`` under search semantics: alternatives anchored alike share one prefix / suffix, so
+    the DFA does not track which of them matched (it grew as 2^n; 17 alternatives timed out)."""
+    alts = [f"INTERVAL_{s}" for s in ("TICK", "M1", "M2", "M5", "M10", "H1", "H4", "D1", "W1", "MN1")]
+    one = regex_to_dfa(alts[0], search=True).n_states
+    dfa = regex_to_dfa("|".join(alts), search=True)
+    assert dfa.n_states <= 4 * one
+    mixed = "^ab|cd$|ef|^gh$|ij"
+    d2 = regex_to_dfa(mixed, search=True)
+    rng = random.Random(3)
+    texts = ["".join(rng.choice("abcdefghijz") for _ in range(rng.randrange(0, 7))) for _ in range(2000)]
+    for text in texts + ["xINTERVAL_M5y", "INTERVAL_M", "gh", "xgh", "ab", "zab", "cd", "cdz"]:
+        assert d2.matches(text) == bool(re.search(mixed, text)), text
+        assert dfa.matches(text) == bool(re.search("|".join(alts), text)), text
+
+
 def test_bytes_of_multibyte_characters() -> None:
     dfa = regex_to_dfa("é€")
     data = "é€".encode()
