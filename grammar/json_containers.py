@@ -11,6 +11,7 @@ from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
 from radixlm.grammar.dfa_ops import minimize, product, union
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
+from radixlm.grammar.json_orders import window_order
 from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
 
@@ -30,6 +31,7 @@ EXTRA_DEPTH_ROOT = 3
 # schema-order object, the rest are cold (see ``_any_order``). Larger objects keep schema order, or
 # the required properties first in the order ``required`` lists them (cold; a sound restriction).
 ANY_ORDER_MAX = 4
+ANY_ORDER_TAIL_MAX = 8  # the optional properties after the required ones (a cold copy), same budget
 ANY_ORDER_BUDGET = 8_000
 ANY_ORDER_HOT = 1.5
 _EXTRA_VALUES: dict[tuple, Node] = {}
@@ -296,7 +298,7 @@ class ContainerMixin:
             seq = [by_key[k] for k in required if k in by_key] + [e for k, e in zip(keys, entries) if not e[1]]
             size_of = dict(zip(keys, sizes))
             seq_sizes = [size_of[k] for k in required if k in by_key] + [z for z, (_, r) in zip(sizes, entries) if not r]
-            free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p)
+            free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
         if body == NOTHING:
@@ -304,21 +306,27 @@ class ContainerMixin:
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
 
     def _required_first(self, seq: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
-                        hi_p: int | None) -> Node | None:
+                        hi_p: int | None, counted: bool) -> Node | None:
         """The body with the required entries of ``seq`` first, in that order, then the optional
-        ones in any order (see ``_any_order``; ``sizes`` in ``seq`` order); None when the
-        optional ones are too many for that, or none is required."""
+        ones in any order (see ``_any_order``; ``sizes`` in ``seq`` order), or when they are too
+        many for that, nearly in order (:func:`radixlm.grammar.json_orders.window_order`); None
+        when neither fits."""
         n_req = sum(1 for _, req in seq if req)
-        if not n_req or hi_p is not None and hi_p < n_req:
+        if hi_p is not None and hi_p < n_req:
             return None
-        order_free = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req)
-        if order_free is None:
+        tail = None
+        if n_req:
+            tail = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req,
+                                   max_n=ANY_ORDER_TAIL_MAX)
+        if tail is None and not counted:
+            tail = window_order(seq[n_req:], sizes[n_req:], self.comma, extras, uid, n_req, ANY_ORDER_BUDGET)
+        if tail is None:
             return None
-        head = [seq[0][0]] + [cat(self.comma, kv) for kv, _ in seq[1:n_req]]
-        return cat(*head, order_free)
+        head = [seq[0][0]] + [cat(self.comma, kv) for kv, _ in seq[1:n_req]] if n_req else []
+        return cat(*head, tail)
 
     def _any_order(self, entries: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
-                   hi_p: int | None, offset: int = 0) -> Node | None:
+                   hi_p: int | None, offset: int = 0, max_n: int = ANY_ORDER_MAX) -> Node | None:
         """The object body with the declared ``entries`` (``(key: value node, required)``) in any
         order, each at most once, every required one present, then the undeclared pairs
         (``extras(count, first)``). One automaton state per set of emitted properties (a
@@ -326,9 +334,9 @@ class ContainerMixin:
         ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` added fragments, or with one
         property. Pairs out of schema order, or after a skipped required entry or more than
         ``_hot_skips`` skipped optional ones, are cold. ``offset``: pairs already written before
-        these (each entry then follows a comma)."""
+        these (each entry then follows a comma); ``max_n``: the most entries."""
         n = len(entries)
-        if n < (1 if offset else 2) or n > ANY_ORDER_MAX:
+        if n < (1 if offset else 2) or n > max_n:
             return None
         if sum(sizes) * ((1 << (n - 1)) - 1) > ANY_ORDER_BUDGET:  # the copies beyond schema order
             return None

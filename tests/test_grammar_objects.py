@@ -107,15 +107,38 @@ def test_hot_skips_bound_precomputed_paths() -> None:
 
 
 def test_large_objects_keep_schema_order() -> None:
-    """Past ANY_ORDER_MAX properties the automaton of all orders is too large: schema order (a
-    sound restriction), extras still allowed after the declared properties."""
+    """Past ANY_ORDER_MAX properties the automaton of all orders is too large: schema order, nearly
+    (see test_window_order_of_large_objects; a sound restriction), extras still allowed after the
+    declared properties."""
     props = {f"k{i}": I for i in range(json_containers.ANY_ORDER_MAX + 2)}
     accepts = _Recognizer({"type": "object", "properties": props})
     assert accepts(json.dumps({"k0": 1, "k3": 2, "zz": 3}))
-    assert not accepts(json.dumps({"k3": 2, "k0": 1}))
+    assert accepts(json.dumps({"k3": 2, "k0": 1}))  # NOTE: one property ahead of the pending k0
+    assert not accepts(json.dumps({"k5": 2, "k4": 1, "k3": 1, "k0": 1}))
     accepts = _Recognizer({"type": "object", "properties": props, "required": ["k3", "k0"]})
     assert accepts(json.dumps({"k3": 2, "k0": 1, "k1": 3}))  # NOTE: the order of required, then the rest
     assert not accepts(json.dumps({"k0": 1, "k1": 3, "k3": 2, "k2": 4}))
+
+
+def test_window_order_of_large_objects() -> None:
+    """Past ANY_ORDER_TAIL_MAX optional properties: the required ones first, then the optional
+    ones with at most WINDOW_MAX written ahead of the first pending one; never twice, never
+    without a required one."""
+    from radixlm.grammar.json_orders import WINDOW_MAX, window_cost
+
+    n = json_containers.ANY_ORDER_TAIL_MAX + 2
+    props = {f"k{i}": I for i in range(n)} | {"r": S}
+    accepts = _Recognizer({"type": "object", "properties": props, "required": ["r"], "additionalProperties": False})
+    order = [f"k{i}" for i in range(n)]
+    ahead = order[2:3] + order[:2] + order[3:]  # NOTE: one ahead (WINDOW_MAX where the budget allows)
+    for keys in (order, ahead, order[1:], [order[3], order[0], order[2], order[5]]):
+        assert accepts(json.dumps({"r": "x"} | {k: 1 for k in keys})), keys
+    too_far = order[2:3 + WINDOW_MAX] + order[:2]
+    for text in (json.dumps({"r": "x"} | {k: 1 for k in too_far}), json.dumps({k: 1 for k in order}),
+                 '{"r": "x", "k1": 1, "k0": 1, "k1": 2}', '{"r": "x", "k0": 1, "k2": 1, "k0": 2}',
+                 '{"r": "x", "k1": 1, "k0": 1, "r": "y"}', json.dumps({"r": "x", "k1": "1"})):
+        assert not accepts(text), text
+    assert window_cost([10] * 10, 1) < window_cost([10] * 10, 2)
 
 
 def test_strict_mode_keeps_schema_order_free_but_no_extras(monkeypatch: pytest.MonkeyPatch) -> None:
