@@ -82,6 +82,10 @@ def valid_regex(depth: int = 3) -> str:
 
 FORMATS["regex"] = valid_regex()
 MAX_EXACT_LEN = 64  # length bounds up to this are unrolled in the AST, longer ones counted
+# A maxLength counted with a pattern of n DFA states costs about n * maxLength product states:
+# past PATTERN_LENGTH_WORK the length bound is lowered (to MIN_LOWERED at least; sound)
+PATTERN_LENGTH_WORK = 40_000
+MIN_LOWERED = 32
 MAX_COUNTED = 512  # maxLength above this is lowered to it (sound); minLength above it is an error
 _CHAR_DFA: list[ByteDFA] = []
 
@@ -154,11 +158,16 @@ def string_node(schema: dict, extra: dict) -> Node:
     if not patterns and not formats:
         return base
     dfas = [content_dfa(p, True) for p in patterns] + [format_dfa(f) for f in formats]
-    if lo or hi is not None:
-        dfas.append(dfa_from_ast(base))
     out = dfas[0]
     for d in dfas[1:]:
         out = product(out, d, "and")
+    if lo or hi is not None:
+        if hi is not None and out.n_states * hi > PATTERN_LENGTH_WORK:
+            # NOTE: the length counter times a large pattern automaton: a lower maxLength keeps the
+            # product small (a sound restriction: longer strings are rejected)
+            hi = min(hi, max(lo, PATTERN_LENGTH_WORK // out.n_states, MIN_LOWERED))
+            base = string(lo, hi) if hi <= MAX_EXACT_LEN else ("dfa", counted_string(lo, hi))
+        out = product(out, dfa_from_ast(base), "and")
     return ("dfa", out) if out.start else NOTHING
 
 

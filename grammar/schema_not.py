@@ -21,6 +21,7 @@ _COUNTS = {
 }
 
 
+NOT_ONEOF_MAX = 4  # branches of a negated oneOf (its positive form has one anyOf branch per pair)
 _TOGETHER = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum", "additionalProperties": "properties",
              "patternProperties": "properties", "additionalItems": "items", "prefixItems": "items",
              "minContains": "contains", "maxContains": "contains", "then": "if", "else": "if"}
@@ -96,6 +97,11 @@ class NotMixin:
             return neg["not"]
         if keys == {"allOf"}:
             return {"anyOf": [self.fold_nots({"not": b}) for b in neg["allOf"]]}
+        if keys == {"oneOf"} and isinstance(neg["oneOf"], list) and len(neg["oneOf"]) <= NOT_ONEOF_MAX:
+            # NOTE: not exactly one branch = none of them, or two of them at once
+            branches = neg["oneOf"]
+            pairs = [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:]]
+            return {"anyOf": [self.fold_nots({"not": {"anyOf": branches}})] + pairs}
         if keys == {"required"}:
             if not neg["required"]:
                 return False

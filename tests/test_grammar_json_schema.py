@@ -222,3 +222,16 @@ def test_schema_too_large_for_one_automaton_compiles_as_a_grammar() -> None:
     for v in bad:
         assert not accepted(json.dumps(v)), v
     assert not accepted('{"field3": "x", "n": 1, "field3": "y"}')
+
+
+def test_pattern_with_a_long_max_length_lowers_the_bound() -> None:
+    """A large pattern automaton times a long ``maxLength`` counter is too many product states:
+    the bound is lowered (sound: longer strings are rejected, never an invalid one accepted)."""
+    from radixlm.grammar import json_scalars
+
+    pattern = "^[^@^\\s]+@[^@^\\.^\\s]+(\\.[^@^\\.^\\s]*)*.gov.uk"
+    accepts = _Recognizer({"type": "string", "minLength": 5, "maxLength": 254, "pattern": pattern})
+    assert accepts(json.dumps("someone@agency.gov.uk")) and accepts(json.dumps("a@b.c.d.gov.uk-x"))
+    for bad in ("someone@agency.gov.us", "a@b", "@agency.gov.uk", "x" * 300 + "@agency.gov.uk"):
+        assert not accepts(json.dumps(bad)), bad
+    assert not accepts(json.dumps("a" * json_scalars.MAX_COUNTED + "@b.gov.uk"))
