@@ -9,6 +9,13 @@ Per workload and mode it reports forward passes per output token (all batches, p
 over output tokens), wall time per request, draft acceptance, and whether the outputs are
 identical to plain decoding's (greedy speculation must not change them).
 
+Modes: ``plain``; ``ngram[:K[:MIN[:MAX[:CAP]]]]`` (own index + the global store of other requests'
+tokens, ``speculative_ngram_capacity`` CAP, default 1,000,000); ``ngram_local[:K[:MIN[:MAX]]]``
+(own index only, capacity 0). No timed request ever sees its own earlier output: per workload the
+store is cleared, then one untimed warm-up request on a passage of a different seed (never among
+the timed ones) runs, then the timed requests, each of which can only draft from the warm-up and
+the timed requests before it (extraction and extract_json share passages, hence the clearing).
+
     # CPU, default model (SmolLM2-135M-Instruct), fp32:
     .venv/bin/python benchmarks/bench_speculative.py --num-prompts 6 --max-new-tokens 96
     # GPU:
@@ -69,10 +76,16 @@ def workloads(n: int, seed: int) -> dict[str, list[tuple[str, dict]]]:
     }
 
 
+def store_counts(drafter) -> tuple[int, int, int]:
+    """(verify steps, draft tokens, accepted tokens) of drafts from the global store."""
+    return tuple(getattr(drafter, a, 0) for a in ("store_draft_ct", "store_draft_tokens", "store_accepted_tokens"))
+
+
 def run_mode(engine, tok, prompts: list[tuple[str, dict]], max_new: int) -> dict:
     stats = engine.scheduler.stats
     drafter = getattr(engine.scheduler, "spec_drafter", None)
     spec0 = (drafter.stats.spec_draft_tokens, drafter.stats.spec_accepted_tokens) if drafter else (0, 0)
+    store0 = store_counts(drafter)
     passes0 = stats.num_prefill_batches + stats.num_decode_batches
     outs, times, tokens = [], [], 0
     for text, extra in prompts:
@@ -88,16 +101,46 @@ def run_mode(engine, tok, prompts: list[tuple[str, dict]], max_new: int) -> dict
     if drafter is not None:
         proposed = drafter.stats.spec_draft_tokens - spec0[0]
         rate = (drafter.stats.spec_accepted_tokens - spec0[1]) / proposed if proposed else 0.0
-    return {"outs": outs, "passes": passes, "tokens": tokens, "time": sum(times) / len(times), "accept_rate": rate}
+    store = tuple(b - a for a, b in zip(store0, store_counts(drafter)))
+    return {"outs": outs, "passes": passes, "tokens": tokens, "time": sum(times) / len(times), "accept_rate": rate,
+            "store": store}
+
+
+def mode_args(mode: str, spec: dict) -> dict:
+    """Engine keyword arguments of a ``--modes`` entry (see the module docstring)."""
+    name, *nums = mode.split(":")
+    if name == "plain":
+        return {}
+    if name not in ("ngram", "ngram_local"):
+        raise SystemExit(f"unknown mode {mode!r}: plain, ngram[:K[:MIN[:MAX[:CAP]]]] or ngram_local[:K[:MIN[:MAX]]]")
+    k, lo, hi, cap = (list(map(int, nums)) + [None] * 4)[:4]
+    if name == "ngram_local":
+        cap = 0
+    return {**spec, **({"speculative_num_draft_tokens": k} if k else {}),
+            **({"speculative_ngram_min_match_window_size": lo} if lo else {}),
+            **({"speculative_ngram_max_match_window_size": hi} if hi else {}),
+            **({"speculative_ngram_capacity": cap} if cap is not None else {})}
+
+
+def reset_store(engine, capacity: int | None) -> None:
+    """Empty the drafter's global store (sized ``capacity`` when given, also where the scheduler
+    of the tree under test does not pass ``speculative_ngram_capacity`` to the drafter)."""
+    drafter = getattr(engine.scheduler, "spec_drafter", None)
+    if drafter is None or not hasattr(drafter, "clear_store"):
+        return
+    if capacity is not None and drafter.store_capacity != capacity:
+        engine._call(lambda: drafter.set_store_capacity(capacity))
+    engine._call(drafter.clear_store)
 
 
 def profile_steps(engine):
-    """Profile every later scheduler step of ``engine`` (its loop looks ``step`` up per call)."""
+    """Profile the later scheduler steps of ``engine`` (its loop looks ``step`` up per call)
+    while ``prof.active`` is true."""
     import cProfile
 
     prof, sched = cProfile.Profile(), engine.scheduler
-    step = sched.step
-    sched.step = lambda: prof.runcall(step)
+    step, prof.active = sched.step, True
+    sched.step = lambda: prof.runcall(step) if prof.active else step()
     return prof
 
 
@@ -127,9 +170,10 @@ def main() -> None:
     ap.add_argument("--max-window", type=int, default=12)
     ap.add_argument("--workloads", default="extraction,extract_json,summarize")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--modes", default="plain,ngram",
-                    help="plain first (the others compare to it); ngram uses --num-draft-tokens and the "
-                         "windows, ngram:K:MIN:MAX sets them per mode (a sweep in one run)")
+    ap.add_argument("--modes", default="plain,ngram_local,ngram",
+                    help="plain first (the others compare to it); ngram uses --num-draft-tokens, the windows "
+                         "and the global store, ngram:K:MIN:MAX:CAP sets them per mode (a sweep in one run); "
+                         "ngram_local[:K:MIN:MAX] has no global store (speculative_ngram_capacity=0)")
     ap.add_argument("--cprofile", default=None,
                     help="print a cProfile of the scheduler steps of the timed runs (DIR: also save .prof files)")
     args = ap.parse_args()
@@ -140,6 +184,8 @@ def main() -> None:
 
     torch.set_num_threads(max(torch.get_num_threads(), 1))
     loads = workloads(args.num_prompts, args.seed)
+    warm = workloads(1, args.seed + 1)  # NOTE: other passages than the timed ones (see the docstring)
+    assert all(warm[w][0] not in loads[w] for w in warm)
     names = [w for w in args.workloads.split(",") if w]
     common = dict(model_path=args.model_path, device=args.device, dtype=args.dtype)
     spec = dict(speculative_algorithm="ngram", speculative_num_draft_tokens=args.num_draft_tokens,
@@ -148,18 +194,18 @@ def main() -> None:
     results: dict[str, dict[str, dict]] = {w: {} for w in names}
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
-        kw = {}
-        if mode.startswith("ngram"):
-            k, lo, hi = (list(map(int, mode.split(":")[1:])) + [None] * 3)[:3]
-            kw = {**spec, **({"speculative_num_draft_tokens": k} if k else {}),
-                  **({"speculative_ngram_min_match_window_size": lo} if lo else {}),
-                  **({"speculative_ngram_max_match_window_size": hi} if hi else {})}
+        kw = mode_args(mode, spec)
         with Engine(**common, **kw) as engine:
             tok = engine.tokenizer
-            for w in names:  # warm-up (not counted): every workload's first prompt, full length
-                run_mode(engine, tok, loads[w][:1], args.max_new_tokens)
+            cap = kw.get("speculative_ngram_capacity", 1_000_000 if kw else None)
             prof = profile_steps(engine) if args.cprofile else None
             for w in names:
+                reset_store(engine, cap)  # NOTE: no workload drafts from another's outputs
+                if prof is not None:
+                    prof.active = False
+                run_mode(engine, tok, warm[w], args.max_new_tokens)  # warm-up (not counted), full length
+                if prof is not None:
+                    prof.active = True
                 results[w][mode] = run_mode(engine, tok, loads[w], args.max_new_tokens)
             if prof is not None:
                 report_profile(prof, mode, args.cprofile)
@@ -170,16 +216,18 @@ def main() -> None:
     print(f"device={args.device} dtype={args.dtype} model={args.model_path or 'SmolLM2-135M-Instruct'} "
           f"k={args.num_draft_tokens} windows={args.min_window}..{args.max_window} "
           f"prompts={args.num_prompts} max_new_tokens={args.max_new_tokens} batch=1")
-    print("| workload | mode | out tokens | fwd passes / out token | wall s / request | speedup | draft accept rate | identical |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | mode | out tokens | fwd passes / out token | wall s / request | speedup | draft accept rate "
+          "| store drafts: steps / tokens / accepted | identical |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for w in names:
         base = results[w]["plain"]
         for mode in modes:
             r = results[w][mode]
             same = "-" if mode == "plain" else ("yes" if r["outs"] == base["outs"] else "NO")
             rate = "-" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}"
+            store = "-" if r["accept_rate"] is None else " / ".join(map(str, r["store"]))
             print(f"| {w} | {mode} | {r['tokens']} | {r['passes'] / max(r['tokens'], 1):.3f} | "
-                  f"{r['time']:.3f} | {base['time'] / r['time']:.2f}x | {rate} | {same} |")
+                  f"{r['time']:.3f} | {base['time'] / r['time']:.2f}x | {rate} | {store} | {same} |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 # Trees are `git archive` copies carried in .device/<name>; the model's GGUF parts must already be in
 # /tmp/radixlm-gguf or carried in .device/p*/ (see device_prepare.sh, device_model.sh).
 # Usage: bash benchmarks/h200_speculative.sh "before after" [extra bench_speculative.py args]
+# Modes (--modes): plain, ngram_local (own history only), ngram (+ the global store of other requests,
+# speculative_ngram_capacity), e.g. --modes plain,ngram_local,ngram (the bench's default in trees that have it).
 set -uo pipefail
 TREES=${1:-before after}; shift || true
 mkdir -p /tmp/radixlm-gguf && cp -f .device/p*/smollm2.gguf.* /tmp/radixlm-gguf/ 2>/dev/null

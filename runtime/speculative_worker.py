@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import torch
 
 from radixlm.runtime.memory import to_device
-from radixlm.runtime.speculative import NgramIndex, propose
+from radixlm.runtime.speculative import NgramIndex, propose_with_source
+from radixlm.runtime.speculative_store import NgramStore
 from radixlm.runtime.speculative_verify import verify_drafts
 
 
@@ -66,20 +67,55 @@ def speculates(req: Any) -> bool:
     return not (sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0)
 
 
+# Tokens of finished requests written into the global store per drafting step at most (a long
+# prompt is spread over several steps: ~0.3 us per token, so the per-step cost stays bounded).
+STORE_FEED_PER_STEP = 1024
+DEFAULT_STORE_CAPACITY = 1_000_000  # ServerArgs.speculative_ngram_capacity's default
+
+
 class NgramDrafter:
-    """Scheduler-side proposer: one :class:`NgramIndex` per request (kept in ``req.spec_index``).
+    """Scheduler-side proposer: one :class:`NgramIndex` per request (kept in ``req.spec_index``)
+    and, unless ``capacity`` is 0, one :class:`~radixlm.runtime.speculative_store.NgramStore` over
+    the tokens of finished requests, shared by all requests (drafts from other requests).
 
     Args:
         num_draft_tokens: most drafts per request and step (``speculative_num_draft_tokens``).
         min_window / max_window: n-gram match windows.
         tokenizer: tokenizes grammar-forced strings (None: no forced drafts).
+        capacity: tokens the global store holds (``speculative_ngram_capacity``); 0: no store.
+
+    A request's prompt + output enter the store at the first drafting step after it finished
+    (the drafter notices it among the requests it has seen; at most :data:`STORE_FEED_PER_STEP`
+    tokens are written per step). Running requests' outputs are not shared before they finish.
     """
 
-    def __init__(self, num_draft_tokens: int, min_window: int, max_window: int, tokenizer: Any = None) -> None:
+    def __init__(self, num_draft_tokens: int, min_window: int, max_window: int, tokenizer: Any = None,
+                 capacity: int = DEFAULT_STORE_CAPACITY) -> None:
         self.k = num_draft_tokens
         self.min_window, self.max_window = min_window, max_window
         self.tokenizer = tokenizer
         self.stats = SpecStats()
+        self.set_store_capacity(capacity)
+
+    def set_store_capacity(self, capacity: int) -> None:
+        """(Re)build the global store with room for ``capacity`` tokens (0: off); it starts empty."""
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self.store = NgramStore(capacity, self.min_window, self.max_window) if capacity else None
+        self.store_capacity = capacity
+        # NOTE: keyed by id(): insertion-ordered (finished requests enter the store in a fixed order)
+        self._seen: dict[int, Any] = {}  # requests drafted for, until they finish and enter the store
+        self._from_store: dict[int, Any] = {}  # requests whose last draft came from the store
+        self.store_draft_ct = 0  # verify steps whose draft came from the store
+        self.store_draft_tokens = 0  # their draft tokens
+        self.store_accepted_tokens = 0  # of which accepted
+
+    def clear_store(self) -> None:
+        """Forget the other requests' tokens (benchmarks: no timed request sees earlier outputs)."""
+        if self.store is not None:
+            self.store.clear()
+        self._seen.clear()
+        self._from_store.clear()
 
     def draft(self, req: Any) -> list[int]:
         """The draft for one running request (possibly empty), at most ``k`` tokens and never
@@ -92,11 +128,31 @@ class NgramDrafter:
         if index is None:
             index = req.spec_index = NgramIndex(self.min_window, self.max_window)
         index.sync(req.origin_input_ids, req.output_ids)
-        return propose(index, k, req.grammar_matcher, self.tokenizer)
+        draft, source = propose_with_source(index, k, req.grammar_matcher, self.tokenizer, self.store)
+        if source == "store":
+            self._from_store[id(req)] = req
+        elif self._from_store:
+            self._from_store.pop(id(req), None)
+        return draft
+
+    def _collect_finished(self, reqs: Sequence[Any]) -> None:
+        """Queue the prompt + output of requests seen earlier that have finished since; remember
+        ``reqs``; write a bounded share of the queue. O(running requests) per step."""
+        seen, store = self._seen, self.store
+        done = [key for key, r in seen.items() if r.finished]
+        for key in done:
+            r = seen.pop(key)
+            self._from_store.pop(key, None)
+            store.add(r.origin_input_ids + r.output_ids)
+        for r in reqs:
+            seen[id(r)] = r
+        store.feed(STORE_FEED_PER_STEP)
 
     def drafts(self, reqs: Sequence[Any], free_slots: int) -> list[list[int]]:
         """Drafts for ``reqs``; when the ``free_slots`` beyond one per request run short, later
         requests' drafts are cut (speculation never causes a retraction)."""
+        if self.store is not None:
+            self._collect_finished(reqs)
         spare = free_slots - len(reqs)
         out = []
         for req in reqs:
@@ -114,6 +170,10 @@ class NgramDrafter:
             self.stats.spec_verify_ct += 1
             self.stats.spec_draft_tokens += num_drafts
             self.stats.spec_accepted_tokens += num_accepted
+            if id(req) in self._from_store:
+                self.store_draft_ct += 1
+                self.store_draft_tokens += num_drafts
+                self.store_accepted_tokens += num_accepted
 
 
 # Up to this many requests, a verify batch writes req_to_token one slice (one copy kernel) per

@@ -162,3 +162,24 @@ def test_speculation_keeps_one_row_products_on_cublas(tiny_llama):
         assert K._SKINNY_GEMM is False
     with Engine(tiny_llama, device="cpu"):
         assert K._SKINNY_GEMM == K.SKINNY_GEMM_DEFAULT
+
+
+def test_drafts_from_other_requests_keep_greedy_outputs(plain, spec):
+    """Requests of one task, one after another: later ones draft from the earlier ones' tokens
+    (the global n-gram store, on by default); outputs stay the plain engine's, slots come back."""
+    e = plain[0]
+    passages = [PASSAGE, PASSAGE.replace("Maria Alvarez", "Aiko Tanaka").replace("Lisbon", "Osaka"),
+                PASSAGE.replace("Jonas Becker", "Kwame Mensah").replace("420 tons of wheat", "60 laptops")]
+    texts = [chat(e.tokenizer, "Extract every person, date and quantity as JSON: {\"people\": [...], \"dates\": "
+                  f"[...], \"quantities\": [...]}}.\n\n{p}") for p in passages]
+    p = {"max_new_tokens": 32, "temperature": 0}
+    want = [e.generate(t, p)["output_ids"] for t in texts]
+    drafter = spec.scheduler.spec_drafter
+    assert drafter.store is not None
+    spec._call(drafter.clear_store)
+    before = (drafter.store_draft_ct, drafter.store_draft_tokens, drafter.store_accepted_tokens)
+    assert [spec.generate(t, p)["output_ids"] for t in texts] == want
+    steps, tokens, accepted = (a - b for a, b in zip((drafter.store_draft_ct, drafter.store_draft_tokens,
+                                                      drafter.store_accepted_tokens), before))
+    assert steps > 0 and tokens >= steps and accepted > 0  # the store really drafted, and usefully
+    assert_no_leak(spec)
