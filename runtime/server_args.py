@@ -78,6 +78,12 @@ class ServerArgs:
         speculative_num_draft_tokens: most draft tokens per request and step (k).
         speculative_ngram_min_match_window_size / speculative_ngram_max_match_window_size: the
             shortest and longest suffix matched against the request's prompt and output.
+        speculative_ngram_capacity: tokens (prompt + output of finished requests, newest kept) in
+            the global n-gram store that drafts from OTHER requests when it matches a longer
+            suffix than the request's own history (SGLang's name, whose trie counts entries;
+            SuffixDecoding's global tree; :mod:`radixlm.runtime.speculative_store`). Memory at
+            most ~125 bytes per token of capacity (~28 MB at the default 1,000,000 and a 49k
+            vocabulary). ``0`` turns the store off.
     Raises ``ValueError`` from ``__post_init__`` for out-of-range values.
     """
 
@@ -111,6 +117,7 @@ class ServerArgs:
     speculative_num_draft_tokens: int = 8  # H200, SmolLM2 bs 1: extraction 1.50x -> 1.58x wall vs k=4
     speculative_ngram_min_match_window_size: int = 1
     speculative_ngram_max_match_window_size: int = 12
+    speculative_ngram_capacity: int = 1_000_000  # global store of other requests' tokens; 0: off
     tp_size: int = 1
     nnodes: int = 1
     node_rank: int = 0
@@ -127,6 +134,8 @@ class ServerArgs:
             raise ValueError("speculative_num_draft_tokens must be >= 1")
         if not 1 <= self.speculative_ngram_min_match_window_size <= self.speculative_ngram_max_match_window_size:
             raise ValueError("need 1 <= speculative_ngram_min_match_window_size <= speculative_ngram_max_match_window_size")
+        if self.speculative_ngram_capacity < 0:
+            raise ValueError("speculative_ngram_capacity must be >= 0 (0: no global n-gram store)")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:
