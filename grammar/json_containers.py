@@ -33,6 +33,9 @@ EXTRA_DEPTH_ROOT = 3
 ANY_ORDER_MAX = 4
 ANY_ORDER_TAIL_MAX = 8  # the optional properties after the required ones (a cold copy), same budget
 ANY_ORDER_BUDGET = 8_000
+# The cold relaxed orders of a large object (the optional tail in any order, or nearly in order)
+# get a smaller budget: their states cost compile time whether or not an output visits them.
+RELAX_BUDGET = 2_000
 ANY_ORDER_HOT = 1.5
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
@@ -317,16 +320,17 @@ class ContainerMixin:
         tail = None
         if n_req:
             tail = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req,
-                                   max_n=ANY_ORDER_TAIL_MAX)
+                                   max_n=ANY_ORDER_TAIL_MAX, budget=RELAX_BUDGET)
         if tail is None and not counted:
-            tail = window_order(seq[n_req:], sizes[n_req:], self.comma, extras, uid, n_req, ANY_ORDER_BUDGET)
+            tail = window_order(seq[n_req:], sizes[n_req:], self.comma, extras, uid, n_req, RELAX_BUDGET)
         if tail is None:
             return None
         head = [seq[0][0]] + [cat(self.comma, kv) for kv, _ in seq[1:n_req]] if n_req else []
         return cat(*head, tail)
 
     def _any_order(self, entries: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
-                   hi_p: int | None, offset: int = 0, max_n: int = ANY_ORDER_MAX) -> Node | None:
+                   hi_p: int | None, offset: int = 0, max_n: int = ANY_ORDER_MAX,
+                   budget: int = ANY_ORDER_BUDGET) -> Node | None:
         """The object body with the declared ``entries`` (``(key: value node, required)``) in any
         order, each at most once, every required one present, then the undeclared pairs
         (``extras(count, first)``). One automaton state per set of emitted properties (a
@@ -338,7 +342,7 @@ class ContainerMixin:
         n = len(entries)
         if n < (1 if offset else 2) or n > max_n:
             return None
-        if sum(sizes) * ((1 << (n - 1)) - 1) > ANY_ORDER_BUDGET:  # the copies beyond schema order
+        if sum(sizes) * ((1 << (n - 1)) - 1) > budget:  # the copies beyond schema order
             return None
         need = sum(1 << i for i, (_, req) in enumerate(entries) if req)
         skips = _hot_skips(sizes, [req for _, req in entries])
