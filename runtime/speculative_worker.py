@@ -82,7 +82,10 @@ class NgramDrafter:
         num_draft_tokens: most drafts per request and step (``speculative_num_draft_tokens``).
         min_window / max_window: n-gram match windows.
         tokenizer: tokenizes grammar-forced strings (None: no forced drafts).
-        capacity: tokens the global store holds (``speculative_ngram_capacity``); 0: no store.
+        capacity: tokens the global store holds (``speculative_ngram_capacity``); 0: no store;
+            None: read ``sched.args.speculative_ngram_capacity`` at the first verify batch
+            (:func:`build_verify_batch`; until then no store, and requests that finish meanwhile
+            are kept for it).
 
     A request's prompt + output enter the store at the first drafting step after it finished
     (the drafter notices it among the requests it has seen; at most :data:`STORE_FEED_PER_STEP`
@@ -90,25 +93,36 @@ class NgramDrafter:
     """
 
     def __init__(self, num_draft_tokens: int, min_window: int, max_window: int, tokenizer: Any = None,
-                 capacity: int = DEFAULT_STORE_CAPACITY) -> None:
+                 capacity: int | None = None) -> None:
         self.k = num_draft_tokens
         self.min_window, self.max_window = min_window, max_window
         self.tokenizer = tokenizer
         self.stats = SpecStats()
-        self.set_store_capacity(capacity)
-
-    def set_store_capacity(self, capacity: int) -> None:
-        """(Re)build the global store with room for ``capacity`` tokens (0: off); it starts empty."""
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {capacity}")
-        self.store = NgramStore(capacity, self.min_window, self.max_window) if capacity else None
-        self.store_capacity = capacity
         # NOTE: keyed by id(): insertion-ordered (finished requests enter the store in a fixed order)
         self._seen: dict[int, Any] = {}  # requests drafted for, until they finish and enter the store
         self._from_store: dict[int, Any] = {}  # requests whose last draft came from the store
         self.store_draft_ct = 0  # verify steps whose draft came from the store
         self.store_draft_tokens = 0  # their draft tokens
         self.store_accepted_tokens = 0  # of which accepted
+        self.store, self.store_capacity = None, None
+        if capacity is not None:
+            self.set_store_capacity(capacity)
+
+    def set_store_capacity(self, capacity: int) -> None:
+        """(Re)build the global store with room for ``capacity`` tokens (0: off); it starts empty
+        (requests seen before and not finished yet enter it when they finish)."""
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self.store = NgramStore(capacity, self.min_window, self.max_window) if capacity else None
+        self.store_capacity = capacity
+        if not capacity:
+            self._seen.clear()
+            self._from_store.clear()
+
+    def configure(self, args: Any) -> None:
+        """Take ``speculative_ngram_capacity`` from the server args unless the capacity was given."""
+        if self.store_capacity is None:
+            self.set_store_capacity(getattr(args, "speculative_ngram_capacity", DEFAULT_STORE_CAPACITY))
 
     def clear_store(self) -> None:
         """Forget the other requests' tokens (benchmarks: no timed request sees earlier outputs)."""
@@ -153,6 +167,13 @@ class NgramDrafter:
         requests' drafts are cut (speculation never causes a retraction)."""
         if self.store is not None:
             self._collect_finished(reqs)
+        elif self.store_capacity is None:  # NOTE: not configured yet: remember them for the store
+            seen = self._seen
+            for r in reqs:
+                seen[id(r)] = r
+            if len(seen) > 2 * len(reqs) + 256:  # NOTE: stays bounded if no verify batch ever comes
+                for key in [key for key, r in seen.items() if r.finished]:
+                    del seen[key]
         spare = free_slots - len(reqs)
         out = []
         for req in reqs:
@@ -280,6 +301,8 @@ def build_verify_batch(sched: Any, reqs: Sequence[Any], drafts: Sequence[Sequenc
     from radixlm.runtime.batch import ReqSlice, ScheduleBatch
     from radixlm.runtime.forward_batch import ForwardMode
 
+    if sched.spec_drafter.store_capacity is None:
+        sched.spec_drafter.configure(sched.args)
     lens = [1 + len(d) for d in drafts]
     total, alloc = sum(lens), sched.allocator
     if alloc.available_size() < total:

@@ -398,6 +398,18 @@ def test_drafter_drafts_from_finished_requests():
         assert d.drafts([b], free_slots=10) == [[]]
     with pytest.raises(ValueError):
         NgramDrafter(4, 1, 8, capacity=-1)
+    # capacity from the server args (at the first verify batch): finished requests seen before wait for it
+    d = NgramDrafter(4, 1, 8)
+    a = req([50, 51, 1], [60, 61, 62, 63, 64])
+    d.drafts([a], free_slots=10)
+    a.finished = True
+    assert d.store is None and d.store_capacity is None
+    d.configure(SimpleNamespace(speculative_ngram_capacity=100))
+    d.configure(SimpleNamespace(speculative_ngram_capacity=0))  # NOTE: configured once
+    assert d.drafts([req([70, 71, 1], [])], free_slots=10) == [[60, 61, 62, 63]]
+    d = NgramDrafter(4, 1, 8)
+    d.configure(SimpleNamespace(speculative_ngram_capacity=0))
+    assert d.store is None and d.store_capacity == 0
 
 
 def test_capacity_argument():

@@ -175,11 +175,11 @@ def test_drafts_from_other_requests_keep_greedy_outputs(plain, spec):
     p = {"max_new_tokens": 32, "temperature": 0}
     want = [e.generate(t, p)["output_ids"] for t in texts]
     drafter = spec.scheduler.spec_drafter
-    assert drafter.store is not None
     spec._call(drafter.clear_store)
     before = (drafter.store_draft_ct, drafter.store_draft_tokens, drafter.store_accepted_tokens)
     assert [spec.generate(t, p)["output_ids"] for t in texts] == want
     steps, tokens, accepted = (a - b for a, b in zip((drafter.store_draft_ct, drafter.store_draft_tokens,
                                                       drafter.store_accepted_tokens), before))
     assert steps > 0 and tokens >= steps and accepted > 0  # the store really drafted, and usefully
+    assert drafter.store_capacity == spec.scheduler.args.speculative_ngram_capacity == 1_000_000
     assert_no_leak(spec)
