@@ -315,8 +315,8 @@ class ContainerMixin:
         many for that, nearly in order (:func:`radixlm.grammar.json_orders.window_order`); None
         when neither fits."""
         n_req = sum(1 for _, req in seq if req)
-        if hi_p is not None and hi_p < n_req:
-            return None
+        if self.grammar_mode or hi_p is not None and hi_p < n_req:
+            return None  # NOTE: a grammar's terminals get their masks at compile time, cold or not
         tail = None
         if n_req:
             tail = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req,

@@ -89,6 +89,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
         self.obj_depth = 0  # objects around the one being converted (see ``extra_value``)
         self.walk = Walk()
         self.leaves: dict[int, str] = {}  # id of a large scalar automaton -> its rule (leaf_rule)
+        self.split_leaves = False
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -290,10 +291,11 @@ class SchemaConverter(ContainerMixin, NotMixin):
 
 
     def leaf_rule(self, node: Node) -> Node:
-        """In a grammar, a scalar automaton over ``LEAF_RULE_STATES`` states (a long ``maxLength``
-        string) becomes a rule of its own, one per distinct automaton: the pieces around it stay
-        small and every use shares one terminal."""
-        if not self.grammar_mode or node[0] != "dfa" or node[1].n_states <= LEAF_RULE_STATES:
+        """In a grammar compiled because one automaton was too large (``split_leaves``), a scalar
+        automaton over ``LEAF_RULE_STATES`` states (a long ``maxLength`` string) becomes a rule of
+        its own, one per distinct automaton: the pieces around it stay small and every use shares
+        one terminal."""
+        if not self.split_leaves or node[0] != "dfa" or node[1].n_states <= LEAF_RULE_STATES:
             return node
         name = self.leaves.get(id(node[1]))
         if name is None:
@@ -365,6 +367,7 @@ def _convert(root: Any, any_whitespace: bool, grammar: bool) -> tuple[Node, dict
         return node, {}
     except _Recursive:
         conv = SchemaConverter(root, any_whitespace, grammar_mode=True)
+        conv.split_leaves = grammar
         node = conv.node(root)
         if not conv.rules:  # NOTE: the Earley engine needs a rule: the root value as one
             conv.rules["__root"] = node
