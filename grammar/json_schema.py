@@ -154,7 +154,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
             self.rules[ref] = out
             out = ("ref", ref)
         elif not self.grammar_mode and self.walk.size(out) > MAX_REGEX_SIZE:
-            raise _Recursive()
+            raise _Recursive(large=True)
         self.done[ref] = out
         return out
 
@@ -315,7 +315,12 @@ def _leaf(node: Node) -> Node:
 
 
 class _Recursive(Exception):
-    """Raised in regex mode on the first recursive $ref: retry as a grammar."""
+    """Raised in regex mode on the first recursive $ref (or, ``large``, past ``MAX_REGEX_SIZE``):
+    retry as a grammar."""
+
+    def __init__(self, large: bool = False) -> None:
+        super().__init__()
+        self.large = large
 
 
 def parse_schema(schema: str | dict | bool) -> Any:
@@ -359,15 +364,15 @@ def _convert(root: Any, any_whitespace: bool, grammar: bool) -> tuple[Node, dict
     root = canonical_refs(root)
     try:
         if grammar:
-            raise _Recursive()
+            raise _Recursive(large=True)
         conv = SchemaConverter(root, any_whitespace, grammar_mode=False)
         node = conv.node(root)
         if conv.walk.size(node) > MAX_REGEX_SIZE:
-            raise _Recursive()
+            raise _Recursive(large=True)
         return node, {}
-    except _Recursive:
+    except _Recursive as e:
         conv = SchemaConverter(root, any_whitespace, grammar_mode=True)
-        conv.split_leaves = grammar
+        conv.split_leaves = e.large
         node = conv.node(root)
         if not conv.rules:  # NOTE: the Earley engine needs a rule: the root value as one
             conv.rules["__root"] = node
