@@ -169,7 +169,9 @@ def _decode_stage1(
             tl.store(mo, zero, mask=mask_g[:, None] & mask_d[None, :])
 
 
-@triton.jit(do_not_specialize=["window"])
+# NOTE: num_shared_splits is not specialized: eager mixed batches vary it, and every new value
+# class (1, multiple of 16, other) would compile another variant while serving.
+@triton.jit(do_not_specialize=["window", "num_shared_splits"])
 def _decode_stage2(
     mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, start_ptr,
     num_kv_splits, num_shared_splits, window,
@@ -273,7 +275,7 @@ def decode_attention(
             of ``NC``; where ``NC`` is a capacity that most steps fill only partly, pass a count
             sized for the chunks usually filled, so that a long prefix is still read in parallel).
         shared_block_n, shared_num_warps, shared_num_stages: tuning knobs of the shared stage
-            (``shared_num_warps`` None: 8 from a 32 x 128 query tile on, else 4).
+            (``shared_num_warps`` None: 4).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.

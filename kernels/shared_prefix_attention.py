@@ -222,7 +222,7 @@ def _split_len(n, num_splits, BLOCK_N: tl.constexpr):
     return tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_shared_splits", "split_base"])  # NOTE: as _decode_stage2's
 def _shared_prefix_stage(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr,
     chunk_rows_ptr, chunk_req_ptr, chunk_len_ptr,
@@ -293,8 +293,9 @@ def launch_shared_prefix_stage(
 ) -> None:
     """Launch :func:`_shared_prefix_stage` on grid ``(NC, KH, num_shared_splits)``; ``mid_o``
     ``[B, H, S_total, D]`` fp32 and ``mid_lse`` ``[B, H, S_total]`` get the shared partials in
-    split slots ``[split_base, split_base + num_shared_splits)``. ``num_warps`` None: 8 from a
-    32 x 128 query tile on (fewer spill registers on sm_90 in ptxas's report), else 4."""
+    split slots ``[split_base, split_base + num_shared_splits)``. ``num_warps`` None: 4 (H200 sweep
+    in benchmarks/results/shared_prefix_h200.md: 4 beat 8 for every chunk size at 8B and 135M
+    dims, e.g. 8B C=16 244 vs 312 us, although ptxas reports spills at 4)."""
     H, D = q.shape[1], q.shape[2]
     NC, C = shared.chunk_rows.shape
     KH = k_buffer.shape[1]
@@ -303,7 +304,7 @@ def launch_shared_prefix_stage(
     G = H // KH
     BLOCK_R, BLOCK_D = max(16, next_pow2(C * G)), next_pow2(D)
     if num_warps is None:
-        num_warps = 8 if BLOCK_R * BLOCK_D >= 32 * 128 else 4
+        num_warps = 4
     _shared_prefix_stage[(NC, KH, num_shared_splits)](
         q, k_buffer, v_buffer, req_to_token,
         shared.chunk_rows, shared.chunk_req, shared.chunk_len,

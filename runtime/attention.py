@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from radixlm import kernels as ops
-from radixlm.kernels.decode_attention import decode_attention, decode_attention_ref
+from radixlm.kernels.decode_attention import decode_attention, decode_attention_ref, default_num_kv_splits
 from radixlm.kernels.extend_attention import extend_attention, extend_attention_ref
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 
@@ -65,9 +65,18 @@ class AttentionBackend:
         return o.reshape(q.shape[0], self.num_heads * self.head_dim)
 
     def _decode(self, q, k_buf, v_buf, req_pool_indices, seq_lens, fb: ForwardBatch, window: int) -> torch.Tensor:
-        """One query per request (q ``[B, H, D]``) over its ``seq_lens`` keys."""
+        """One query per request (q ``[B, H, D]``) over its ``seq_lens`` keys; the cascade plan of
+        the batch's decode rows applies to its full-attention layers."""
         fn = decode_attention if ops.use_triton(q) else decode_attention_ref
-        return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window)
+        shared = fb.cascade if window <= 0 else None
+        if shared is None:
+            return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window)
+        # NOTE: shared-stage splits sized for the chunks a plan fills (~ rows / chunk), not for
+        # the capacity of the buffer (rows / 2), so that a 2,048-token prefix is read in parallel
+        chunks = -(-q.shape[0] // shared.chunk_rows.shape[1])
+        splits = default_num_kv_splits(chunks, self.num_kv_heads, q.device) if q.is_cuda else 1
+        return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale,
+                  shared=shared, num_shared_splits=splits)
 
     def _extend(self, q, k, v, k_buf, v_buf, fb: ForwardBatch, window: int, nb: int) -> torch.Tensor:
         """The first ``nb`` requests' new tokens (q ``[T', H, D]``) over their prefix and themselves."""

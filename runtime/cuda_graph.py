@@ -4,6 +4,10 @@ padded batch size and replayed, removing per-kernel launch overhead (as in vLLM 
 A batch of ``n`` requests replays the graph of the smallest captured size ``>= n``; padded rows
 point at a reserved req_to_token row whose only slot is the padding slot 0, with length 1, so they
 read and write only slot 0. Batches larger than ``cuda_graph_max_bs`` run eagerly.
+
+With cascade attention (``runtime/cascade.py``) a second set of graphs, from
+:data:`CASCADE_MIN_BS` rows up on a coarser grid, runs decode attention with a shared-prefix plan
+read from a per-graph device buffer.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from array import array
 
 import torch
 
+from radixlm.runtime.cascade import CascadePlan, cascade_shape, shared_views
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 
 logger = logging.getLogger(__name__)
@@ -26,6 +31,17 @@ def capture_batch_sizes(max_bs: int) -> list[int]:
     sizes = [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, min(max_bs, 256) + 1, 8))
     sizes += list(range(272, max_bs + 1, 16))
     return sorted(set(sizes))
+
+
+# Smallest batch with cascade graphs: below it KV reads are a small part of a step.
+CASCADE_MIN_BS = 32
+
+
+def cascade_batch_sizes(sizes: list[int]) -> list[int]:
+    """The sizes of ``sizes`` that get a cascade graph: multiples of 32 up to 256, of 64 beyond,
+    and the largest (a coarser grid: padding rows cost little next to the KV reads saved)."""
+    grid = [b for b in sizes if b >= CASCADE_MIN_BS and b % (32 if b <= 256 else 64) == 0]
+    return sorted(set(grid + [sizes[-1]])) if sizes and sizes[-1] >= CASCADE_MIN_BS else []
 
 
 class CudaGraphRunner:
@@ -55,9 +71,19 @@ class CudaGraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
         self._views: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # n -> (bs, meta[:, :bs], out[:n])
         self.pool = None
+        # Cascade graphs: bs -> (graph, logits, plan buffer, plan last copied there).
+        planner = runner.cascade
+        self.cascade_sizes = cascade_batch_sizes(self.sizes) if planner is not None else []
+        self.chunk = planner.chunk if planner is not None else 0
+        self.cascade_bufs = {
+            bs: torch.zeros(cascade_shape(bs, self.chunk)[1], dtype=torch.int64, device=dev) for bs in self.cascade_sizes
+        }
+        self.cascade_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.cascade_outputs: dict[int, torch.Tensor] = {}
+        self._cascade_copied: dict[int, CascadePlan] = {}
         self._capture_all()
 
-    def _fb(self, bs: int) -> ForwardBatch:
+    def _fb(self, bs: int, cascade: bool = False) -> ForwardBatch:
         r = self.runner
         return ForwardBatch(
             mode=ForwardMode.DECODE,
@@ -70,10 +96,11 @@ class CudaGraphRunner:
             kv_pool=r.kv_pool,
             req_to_token=r.req_to_token_pool.req_to_token,
             attn_backend=r.attn_backend,
+            cascade=shared_views(self.cascade_bufs[bs], bs, self.chunk) if cascade else None,
         )
 
-    def _forward(self, bs: int) -> torch.Tensor:
-        fb = self._fb(bs)
+    def _forward(self, bs: int, cascade: bool = False) -> torch.Tensor:
+        fb = self._fb(bs, cascade)
         hidden = self.runner.model(fb.input_ids, fb.positions, fb)
         return self.runner.model.compute_logits(hidden)
 
@@ -91,25 +118,31 @@ class CudaGraphRunner:
         finally:
             gc.enable()
         torch.cuda.current_stream().wait_stream(stream)
-        logger.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+        logger.info("captured decode CUDA graphs for batch sizes %s (cascade: %s)", self.sizes, self.cascade_sizes)
 
     def _capture_on(self, stream: torch.cuda.Stream) -> None:
+        todo = [(bs, False) for bs in self.sizes] + [(bs, True) for bs in self.cascade_sizes]
         with torch.cuda.stream(stream):
-            for bs in reversed(self.sizes):  # largest first so smaller graphs reuse its pool
+            for bs, cascade in sorted(todo, reverse=True):  # largest first so smaller graphs reuse its pool
                 for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
-                    self._forward(bs)
+                    self._forward(bs, cascade)
                 graph = torch.cuda.CUDAGraph()
                 # NOTE: thread_local: CUDA calls of other threads (tokenizers, grammar workers,
                 # a previous engine being collected) must not invalidate this capture.
                 with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
-                    self.outputs[bs] = self._forward(bs)
+                    out = self._forward(bs, cascade)
                 self.pool = graph.pool()
-                self.graphs[bs] = graph
+                (self.cascade_outputs if cascade else self.outputs)[bs] = out
+                (self.cascade_graphs if cascade else self.graphs)[bs] = graph
 
     def release(self) -> None:
         """Drop the graphs and their memory pool now (not at some later garbage collection)."""
         self.graphs.clear()
         self.outputs.clear()
+        self.cascade_graphs.clear()
+        self.cascade_outputs.clear()
+        self.cascade_bufs.clear()
+        self._cascade_copied.clear()
         self._views.clear()
         self.pool = None
         self.runner = None
@@ -117,8 +150,15 @@ class CudaGraphRunner:
     def can_run(self, batch_size: int) -> bool:
         return batch_size <= self.max_bs
 
+    def cascade_chunks(self, n: int) -> int:
+        """Most chunks of a cascade plan for ``n`` rows (0: no cascade graph runs ``n`` rows)."""
+        if n < CASCADE_MIN_BS or not self.cascade_sizes or n > self.cascade_sizes[-1]:
+            return 0
+        return cascade_shape(self.cascade_sizes[bisect.bisect_left(self.cascade_sizes, n)], self.chunk)[0]
+
     def replay(self, ids: list[int], positions: list[int], rows: list[int], out_cache_loc: torch.Tensor | None,
-               input_ids: torch.Tensor | None = None, slots: list[int] | None = None) -> torch.Tensor:
+               input_ids: torch.Tensor | None = None, slots: list[int] | None = None,
+               cascade: CascadePlan | None = None) -> torch.Tensor:
         """Run ``n = len(positions)`` decode rows through the graph of the next captured size.
 
         Row ``i`` is token ``ids[i]`` at position ``positions[i]`` of the request whose
@@ -127,14 +167,17 @@ class CudaGraphRunner:
         caller has the slots on the host (then ``out_cache_loc`` is ignored and may be None).
         ``input_ids`` (int64 ``[n]`` on the device) replaces ``ids`` (overlap scheduling; pass
         ``ids=[]`` then). The host fields travel in one pinned, non-blocking copy; padding rows
-        read the zero row and write slot 0.
+        read the zero row and write slot 0. ``cascade`` (at most :meth:`cascade_chunks` chunks)
+        replays the cascade graph with that plan (copied only when it changed).
         Returns fp32 logits ``[n, V]``, a view of the graph's output buffer (valid until the next
         replay)."""
         n = len(positions)
-        views = self._views.get(n)
+        key = -n if cascade is not None else n
+        views = self._views.get(key)
         if views is None:  # NOTE: the views of the persistent buffers are made once per row count
-            bs = self.sizes[bisect.bisect_left(self.sizes, n)]
-            views = self._views[n] = (bs, self.meta[:, :bs], self.outputs[bs][:n])
+            sizes, outputs = (self.cascade_sizes, self.cascade_outputs) if cascade is not None else (self.sizes, self.outputs)
+            bs = sizes[bisect.bisect_left(sizes, n)]
+            views = self._views[key] = (bs, self.meta[:, :bs], outputs[bs][:n])
         bs, meta, out = views
         pad = [0] * (bs - n)
         # NOTE: array + frombuffer builds the [5, bs] host rows ~3x faster than torch.tensor(lists)
@@ -153,5 +196,12 @@ class CudaGraphRunner:
             self.input_ids[:n].copy_(input_ids)
         if slots is None:
             self.out_cache_loc[:n].copy_(out_cache_loc)
-        self.graphs[bs].replay()
+        if cascade is not None:
+            if self._cascade_copied.get(bs) is not cascade:
+                flat = array("q", cascade.flat(bs, self.chunk))
+                self.cascade_bufs[bs].copy_(torch.frombuffer(flat, dtype=torch.int64).pin_memory(), non_blocking=True)
+                self._cascade_copied[bs] = cascade
+            self.cascade_graphs[bs].replay()
+        else:
+            self.graphs[bs].replay()
         return out

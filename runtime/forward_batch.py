@@ -28,6 +28,9 @@ class ForwardBatch:
         seq_lens_cpu, prefix_lens_cpu, extend_lens_cpu: the same as Python lists, for loops on host.
         kv_pool, req_to_token: the ``KVPool`` and the int32 ``[rows, max_context]`` table.
         attn_backend: object with ``forward(q, k, v, layer_id, forward_batch) -> o``.
+        cascade: a ``radixlm.kernels.decode_attention.SharedPrefix`` (device tensors) over the
+            decode rows (all of a DECODE batch, the last ``num_decode`` of a mixed one) when they
+            read a shared cached prefix together (cascade attention), else None.
     """
 
     mode: ForwardMode
@@ -46,6 +49,7 @@ class ForwardBatch:
     prefix_lens_cpu: list[int] | None = None
     extend_lens_cpu: list[int] | None = None
     num_decode: int = 0  # EXTEND only: the last num_decode requests are one-token decodes (mixed)
+    cascade: Any = None
 
     @property
     def batch_size(self) -> int:

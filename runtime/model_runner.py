@@ -13,6 +13,7 @@ import torch
 from radixlm.kernels import SKINNY_GEMM_DEFAULT, set_skinny_gemm
 from radixlm.runtime.attention import AttentionBackend
 from radixlm.runtime.batch import ScheduleBatch, StepOutput
+from radixlm.runtime.cascade import CascadePlan, CascadePlanner, cascade_shape, shared_views
 from radixlm.runtime.distributed import all_reduce_min, local_device
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator, to_device
@@ -101,6 +102,10 @@ class ModelRunner:
         # its verify rows (M > 1), or greedy outputs would change with speculation on. The flag is
         # process-wide (one engine per process in a server), baked into the CUDA graphs below.
         set_skinny_gemm(SKINNY_GEMM_DEFAULT and not args.speculative_algorithm)
+        self.cascade = None
+        if args.enable_cascade_attention:
+            kv_bytes = 2 * self.model.tp.num_kv_heads * c.head_dim * torch.empty((), dtype=self.dtype).element_size()
+            self.cascade = CascadePlanner(kv_bytes)
         self.cuda_graph = None
         if self.device.type == "cuda" and not args.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import CudaGraphRunner
@@ -170,6 +175,13 @@ class ModelRunner:
             req_to_token=self.req_to_token_pool.req_to_token,
             attn_backend=self.attn_backend,
         )
+        n = len(seq_lens) if batch.mode == ForwardMode.DECODE else batch.num_decode  # decode rows, last
+        if n >= 2 and self.cascade is not None:
+            nc = cascade_shape(n, self.cascade.chunk)[0]
+            plan = self._cascade_plan(batch.slices[-n:], per_req[0][-n:], seq_lens[-n:], nc)
+            if plan is not None:
+                buf = to_device(plan.flat(n, self.cascade.chunk), self.device)
+                fb.cascade = shared_views(buf, n, self.cascade.chunk)
         if extend:
             fb.prefix_lens_cpu, fb.extend_lens_cpu = prefix, lens
             fb.prefix_lens, fb.extend_lens, fb.extend_start_loc = req[2], req[3], req[4]
@@ -221,8 +233,18 @@ class ModelRunner:
         slices = batch.slices
         pos = [s.start for s in slices]
         ids = [] if input_ids is not None else [t for s in slices for t in s.req.token_slice(s.start, s.end)]
-        logits = self.cuda_graph.replay(ids, pos, [s.req.req_pool_idx for s in slices], batch.out_cache_loc, input_ids)
+        rows = [s.req.req_pool_idx for s in slices]
+        plan = self._cascade_plan(slices, rows, [p + 1 for p in pos], self.cuda_graph.cascade_chunks(len(rows)))
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, input_ids, cascade=plan)
         return logits, [(i, [p]) for i, p in enumerate(pos)]
+
+    def _cascade_plan(self, slices, rows: list[int], seq_lens: list[int], max_chunks: int) -> CascadePlan | None:
+        """The cascade plan of decode rows (``slices`` of one token each, or the per-token rows
+        of flat slices: then ``rows`` repeats a request's row), or None."""
+        if self.cascade is None or max_chunks <= 0:
+            return None
+        reqs = [s.req for s in slices] if len(slices) == len(rows) else [s.req for s in slices for _ in range(s.length)]
+        return self.cascade.plan(reqs, rows, seq_lens, max_chunks)
 
     def _forward_flat_decode(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
         """Every new token as its own decode row: row ``p`` of a slice reads the request's
@@ -239,7 +261,8 @@ class ModelRunner:
         # NOTE: a verify batch's slices keep their slots' host copy: they join the graph inputs'
         # host-to-device copy (no device copy of out_cache_loc on the step's critical path)
         slots = [t for s in batch.slices for t in s.slots.tolist()] if batch.verify else None
-        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, slots=slots)
+        plan = self._cascade_plan(batch.slices, rows, [p + 1 for p in pos], self.cuda_graph.cascade_chunks(len(rows)))
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, slots=slots, cascade=plan)
         if len(index) == len(ids) and index[-1] == len(ids) - 1:  # every row samples: no gather
             return logits, per_slice
         return logits[to_device(index, self.device)], per_slice

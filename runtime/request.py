@@ -86,6 +86,9 @@ class Req:
     spec_draft_tokens: int = 0  # draft tokens proposed
     spec_accepted_tokens: int = 0  # draft tokens accepted
 
+    # ---- cascade attention (cascade.py)
+    cascade_anchor: Any = None  # (last_node, its topmost ancestor >= CASCADE_MIN_SHARED deep)
+
     # ---- sampling and delivery
     generator: torch.Generator | None = None  # per-request generator of a seeded request
     sink: Callable[["Req"], None] | None = None  # in-process Engine: called with each update

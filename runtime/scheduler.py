@@ -102,7 +102,8 @@ class Scheduler(PrefillAdmission):
             from radixlm.runtime.speculative_worker import NgramDrafter
 
             self.spec_drafter = NgramDrafter(args.speculative_num_draft_tokens, args.speculative_ngram_min_match_window_size,
-                                             args.speculative_ngram_max_match_window_size, tokenizer)
+                                             args.speculative_ngram_max_match_window_size, tokenizer,
+                                             capacity=args.speculative_ngram_capacity)
         self.isolate_turn = 0  # alternation of isolated decode steps (scheduler_recovery)
 
     # ------------------------------------------------------------------ API

@@ -46,6 +46,10 @@ class ServerArgs:
             dims 17.6 -> 7.1 ms at 128 but 16.5 -> 17.5 ms at 512, where the per-row attention
             reads cost more than the launches saved); ``None``: up to the largest captured
             graph; ``0``: only the short slices.
+        enable_cascade_attention: decode rows whose requests share a cached prefix read its KV
+            once per chunk of rows (cascade attention, ``runtime/cascade.py``; vLLM's cascade
+            attention, FlashInfer's cascade inference). ``None`` (default): on when the device
+            resolves to CUDA; on CPU the torch reference would only add work.
         enable_mixed_chunk: mixed batches: a prefill chunk and one decode token of every running
             request share one forward, so arrivals do not stall decoding (default on).
         mixed_chunk_size: most prefill tokens of a mixed batch: every running request's next
@@ -110,6 +114,7 @@ class ServerArgs:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     cuda_graph_max_extend_tokens: int | None = 256
+    enable_cascade_attention: bool | None = None
     enable_mixed_chunk: bool = True
     mixed_chunk_size: int | None = None
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
@@ -160,6 +165,8 @@ class ServerArgs:
             raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
         if self.enable_jump_forward is None:
             object.__setattr__(self, "enable_jump_forward", not self.resolved_device().startswith("cuda"))
+        if self.enable_cascade_attention is None:
+            object.__setattr__(self, "enable_cascade_attention", self.resolved_device().startswith("cuda"))
         if self.enable_overlap_schedule is None:
             object.__setattr__(self, "enable_overlap_schedule", self.resolved_device().startswith("cuda"))
 

@@ -86,3 +86,37 @@ def test_short_prefills_replay_decode_graphs(tiny_llama, monkeypatch):
     longest.clear()
     assert _outputs(tiny_llama, force_torch=False, **big) == reference
     assert max(longest) > 16  # whole prompts went through the graphs
+
+
+def test_cascade_attention_keeps_greedy_outputs(tiny_llama):
+    """40 requests under one cached ~300-token prefix decode with cascade plans (thresholds lowered
+    for this small model), through the cascade CUDA graphs and eagerly past the graphs; greedy
+    outputs equal those with cascade attention off."""
+    from radixlm.runtime.cascade import CascadePlanner
+    from radixlm.runtime.engine import Engine
+
+    prefix = "You are a careful assistant who answers in one short sentence. " * 25
+    prompts = [prefix + f"Question {i}: what is {i} plus {2 * i}?" for i in range(40)]
+
+    def run(cascade: bool, **kw) -> tuple[list[list[int]], list[bool]]:
+        used: list[bool] = []
+        with Engine(tiny_llama, device="cuda", dtype="float32", max_total_tokens=32768, max_running_requests=64,
+                    enable_cascade_attention=cascade, **kw) as e:
+            if cascade:
+                planner = e.runner.cascade = CascadePlanner(1, min_shared=64, min_saved_bytes=0)
+                build = planner.plan
+
+                def spy(*a, **k):
+                    plan = build(*a, **k)
+                    used.append(plan is not None)
+                    return plan
+
+                planner.plan = spy
+            e.generate(prompts[0], GREEDY)  # NOTE: the prefix enters the cache
+            return [o["output_ids"] for o in e.generate(prompts, GREEDY)], used
+
+    reference, _ = run(False)
+    graphs, used = run(True)
+    assert graphs == reference and sum(used) >= 20
+    eager, used = run(True, cuda_graph_max_bs=16)
+    assert eager == reference and sum(used) >= 20

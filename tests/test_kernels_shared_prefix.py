@@ -247,4 +247,5 @@ def test_shared_kernel_real_sizes_and_cuda_graph_gpu():
         getattr(shared, t.name).copy_(getattr(new, t.name))
     graph.replay()
     assert rel_err(out, want) < 1e-2
-    assert rel_err(decode_attention_ref(q, k, v, r2t, rows, lens, D**-0.5, shared=shared), want) < 1e-5
+    # NOTE: both references compute in fp32; bf16 rounding of the output differs at ~1e-5
+    assert rel_err(decode_attention_ref(q, k, v, r2t, rows, lens, D**-0.5, shared=shared), want) < 1e-4
