@@ -6,7 +6,9 @@ Output conventions (what a constrained model may write):
   whitespace characters at every token boundary.
 - Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (4) of
   them and the automaton of all orders stays small, else in schema order or with the required ones
-  first in the order ``required`` lists them (a sound restriction);
+  first in the order ``required`` lists them, then (in a single-DFA schema, within
+  ``RELAX_BUDGET``) the optional ones in any order or nearly in order
+  (:mod:`radixlm.grammar.json_orders`) (a sound restriction);
   each at most once, every required one present. Undeclared properties follow the declared ones:
   allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
   values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
@@ -18,14 +20,16 @@ Output conventions (what a constrained model may write):
   (``enum`` / ``const``), the values are filtered by a validator (exact); else a compile error
   naming the keyword. Unknown keywords constrain nothing (also under ``not`` and in ``allOf``).
 - ``oneOf`` branches are exclusive when proven disjoint over what each branch may accept (not what
-  the converter emits for it); else narrowed (see below).
+  the converter emits for it; through nested ``anyOf`` / ``oneOf`` branches and objects whose
+  allowed keys differ); else narrowed (see below). ``not oneOf`` is "none of the branches, or two".
 - Strings use the encodings ``json.dumps`` produces (raw UTF-8 or ``\\uXXXX``).
 - Bounded numbers are plain decimals (no exponent).
 - A value with no constraints (``{}`` / ``true``) is any JSON value (a recursive rule, so such
   schemas compile to a grammar like recursive ones do).
 
 - Sound restrictions (valid instances that may be rejected, never an invalid one accepted):
-  ``maxLength`` above 512 is lowered to 512; overlapping ``oneOf`` branches are narrowed until
+  ``maxLength`` above 512 is lowered to 512 (and, counted with a pattern of ``n`` DFA states, to
+  about ``PATTERN_LENGTH_WORK / n``); overlapping ``oneOf`` branches are narrowed until
   provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
   ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
   left out; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
@@ -35,7 +39,9 @@ Output conventions (what a constrained model may write):
 - ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);
   remote documents are never fetched.
 - Compilation runs under a time budget (:mod:`radixlm.grammar.budget`); shared sub-schemas are
-  converted once (memoized), large non-recursive schemas compile as grammars.
+  converted once (memoized), large non-recursive schemas compile as grammars, and so does a schema
+  whose single DFA is too large (``GrammarCompiler``: past ``MAX_DFA_STATES`` or ``DFA_SHARE`` of
+  the budget); long scalars are then rules of their own.
 
 Unsupported keywords raise :class:`GrammarError` naming the keyword.
 """
