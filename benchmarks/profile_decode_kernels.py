@@ -4,6 +4,12 @@ by total device time per step, with the step's wall time from CUDA events.
 
     python benchmarks/profile_decode_kernels.py --config-dir MODEL_DIR --batch-size 1 --context 512
     python benchmarks/profile_decode_kernels.py --write-config llama-3.1-8b /tmp/l8b
+    python benchmarks/profile_decode_kernels.py --config-dir MODEL_DIR --compare
+
+``--compare`` profiles, in one process, the fused path (rotary + KV store in one kernel, decode
+attention merging its splits in its own launch), then the fused rotary with the two-launch
+attention (isolates the arrival-counter merge), then the separate launches of before
+(``AttentionBackend.fuse_rotary_store`` / ``decode_one_launch`` off), and prints all three.
 
 Dummy weights. A step of a small model is bound by the number of kernels (each costs a few µs
 even when it moves little data), so the table's ``launches / step`` column matters as much as
@@ -29,11 +35,27 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--compare", action="store_true", help="fused launches, then the separate ones")
+    ap.add_argument("--separate", action="store_true", help="only the separate launches (rotary, store_kv, "
+                    "attention stage 2)")
     a = ap.parse_args()
+    from radixlm.runtime.attention import AttentionBackend
+
+    path, name = model_dir(ap, a)
+    variants = [(True, True), (True, False), (False, False)] if a.compare else [(not a.separate,) * 2]
+    for rotary_store, one_launch in variants:
+        AttentionBackend.fuse_rotary_store, AttentionBackend.decode_one_launch = rotary_store, one_launch
+        print(f"\n## rotary+store_kv {'fused' if rotary_store else 'separate'}, decode attention "
+              f"{'one launch (arrival counters)' if one_launch else 'two launches (stage 2 merge)'}")
+        profile_step(a, path, name)
+        torch.cuda.synchronize()
+
+
+def profile_step(a: argparse.Namespace, path: str, name: str) -> None:
+    """Capture the decode graphs of a fresh runner (with the switches as set) and profile a step."""
     from radixlm.runtime.model_runner import ModelRunner
     from radixlm.runtime.server_args import ServerArgs
 
-    path, name = model_dir(ap, a)
     bs, ctx = a.batch_size, a.context
     args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=ctx + 64,
                       max_total_tokens=bs * (ctx + 16), max_running_requests=max(bs, 16), cuda_graph_max_bs=max(bs, 16))
@@ -73,6 +95,7 @@ def main() -> None:
     print("| kernel | us / step | launches / step | us / launch |\n|---|---:|---:|---:|")
     for k, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[: a.top]:
         print(f"| {k[:90]} | {t / a.iters:.1f} | {c / a.iters:.0f} | {t / c:.2f} |")
+    runner.release()
 
 
 if __name__ == "__main__":

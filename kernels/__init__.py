@@ -15,6 +15,7 @@ store_kv                  ``store_kv.py``
 rmsnorm, fused_add_...    ``rmsnorm.py``
 compute_cos_sin_cache,    ``rotary.py`` (HF neox convention, linear / llama3 scaling)
 apply_rotary
+rotary_store_kv           ``rotary_store_kv.py`` (apply_rotary + store_kv in one launch)
 silu_and_mul              ``activation.py``
 apply_token_bitmask       ``bitmask.py`` (in place; ``indices`` picks logits rows)
 linear                    ``gemv.py`` (skinny GEMM for decode, behind ``RADIXLM_SKINNY_GEMM``)
@@ -42,6 +43,7 @@ _extend = importlib.import_module("radixlm.kernels.extend_attention")
 _gemv = importlib.import_module("radixlm.kernels.gemv")
 _norm = importlib.import_module("radixlm.kernels.rmsnorm")
 _rotary = importlib.import_module("radixlm.kernels.rotary")
+_rotary_store = importlib.import_module("radixlm.kernels.rotary_store_kv")
 _store = importlib.import_module("radixlm.kernels.store_kv")
 from radixlm.kernels.rotary import compute_cos_sin_cache, rope_inv_freq
 
@@ -55,6 +57,7 @@ __all__ = [
     "compute_cos_sin_cache",
     "rope_inv_freq",
     "apply_rotary",
+    "rotary_store_kv",
     "silu_and_mul",
     "apply_token_bitmask",
     "linear",
@@ -101,6 +104,11 @@ def fused_add_rmsnorm(x, residual, weight, eps):
 
 def apply_rotary(q, k, positions, cos_sin_cache):
     return (_rotary.apply_rotary if use_triton(q) else _rotary.apply_rotary_ref)(q, k, positions, cos_sin_cache)
+
+
+def rotary_store_kv(q, k, v, positions, cos_sin_cache, k_buffer, v_buffer, loc):
+    fn = _rotary_store.rotary_store_kv if use_triton(q) else _rotary_store.rotary_store_kv_ref
+    return fn(q, k, v, positions, cos_sin_cache, k_buffer, v_buffer, loc)
 
 
 def silu_and_mul(x):
@@ -153,6 +161,7 @@ for _f, _src in [
     (rmsnorm, _norm.rmsnorm),
     (fused_add_rmsnorm, _norm.fused_add_rmsnorm),
     (apply_rotary, _rotary.apply_rotary),
+    (rotary_store_kv, _rotary_store.rotary_store_kv),
     (silu_and_mul, _act.silu_and_mul),
     (apply_token_bitmask, _bitmask.apply_token_bitmask_triton),
 ]:

@@ -8,8 +8,10 @@ with a sliding ``window`` W > 0 to the last W of them, ``[max(0, seq_lens[b] - W
 
 Kernel: split-KV ("flash-decoding"). Stage 1 runs one program per (request, kv head, split); the
 program holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot``), walks its
-slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. Stage
-2 merges the splits per (request, head). With one split, stage 1 writes the output directly.
+slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. The
+last split program of each (request, kv head) to finish merges the splits in the same launch
+(``one_launch``, arrival counters: ``decode_merge.py``); else stage 2, a second kernel, merges them
+per (request, head). With one split, stage 1 writes the output directly.
 Splits are computed per request from ``seq_lens`` (and the window) on the device, so
 ``num_kv_splits`` and ``window`` are launch arguments that CUDA graphs can capture.
 
@@ -25,6 +27,7 @@ import math
 import torch
 
 from radixlm.kernels._triton import check_triton, dot, device_sms, next_pow2, tl, triton
+from radixlm.kernels.decode_merge import _arrive_and_merge, split_counters
 from radixlm.kernels.shared_prefix_attention import (
     SharedPrefix,
     _split_len,
@@ -50,11 +53,13 @@ def decode_attention_ref(
     window: int = 0,
     shared: SharedPrefix | None = None,
     num_shared_splits: int | None = None,
+    one_launch: bool = True,
+    counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Torch reference (fp32 math, one request at a time). Same contract as :func:`decode_attention`.
 
-    A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits`` and ``num_shared_splits``
-    are ignored. With ``shared``, checks the :class:`SharedPrefix` contract (ValueError) and
+    A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits``, ``num_shared_splits``,
+    ``one_launch`` and ``counters`` are ignored. With ``shared``, checks the :class:`SharedPrefix` contract (ValueError) and
     computes the cascade form (:func:`shared_prefix_attention_ref`), equal to the plain result.
     """
     B, H, D = q.shape
@@ -99,7 +104,7 @@ def _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED: tl.constexpr):
 @triton.jit(do_not_specialize=["window"])
 def _decode_stage1(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, start_ptr,
-    mid_o_ptr, mid_lse_ptr,
+    mid_o_ptr, mid_lse_ptr, o_ptr, counter_ptr,
     qk_scale, num_kv_splits, window,
     stride_qb, stride_qh,
     stride_ks, stride_kh,
@@ -107,11 +112,13 @@ def _decode_stage1(
     stride_rt,
     stride_mob, stride_moh, stride_mos,
     stride_mlb, stride_mlh,
+    stride_ob, stride_oh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
-    ONE_SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr,
+    ONE_SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2.
+    # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2. With
+    # MERGE, the last split of (b, kvh) to arrive merges into o_ptr and there is no stage 2 either.
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -167,6 +174,10 @@ def _decode_stage1(
         if ONE_SPLIT:  # seq_len == 0
             zero = tl.zeros([BLOCK_H, BLOCK_D], dtype=mid_o_ptr.dtype.element_ty)
             tl.store(mo, zero, mask=mask_g[:, None] & mask_d[None, :])
+    if MERGE:  # every program arrives, empty splits included
+        _arrive_and_merge(counter_ptr, mid_o_ptr, mid_lse_ptr, o_ptr, b, kvh, tl.num_programs(1), hi - lo, split_len,
+                          num_kv_splits, stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh, stride_ob,
+                          stride_oh, GROUP, HEAD_DIM, BLOCK_D, BLOCK_S)
 
 
 # NOTE: num_shared_splits is not specialized: eager mixed batches vary it, and every new value
@@ -253,6 +264,8 @@ def decode_attention(
     shared_block_n: int = 64,
     shared_num_warps: int | None = None,
     shared_num_stages: int = 2,
+    one_launch: bool = True,
+    counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per request over its KV in the pool (Triton).
 
@@ -276,6 +289,12 @@ def decode_attention(
             sized for the chunks usually filled, so that a long prefix is still read in parallel).
         shared_block_n, shared_num_warps, shared_num_stages: tuning knobs of the shared stage
             (``shared_num_warps`` None: 4).
+        one_launch: with several splits and no ``shared``, merge them in the stage-1 launch (the
+            last split of each (request, kv head) merges); False: a second launch merges (the
+            two-launch path, kept for comparison). Results differ by fp32 rounding only.
+        counters: int32 arrival counters of ``one_launch``, ``>= B * KH`` entries, all zero, left
+            zero (default: :func:`~radixlm.kernels.decode_merge.split_counters` of the device;
+            launches that may run concurrently on other streams need their own).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.
@@ -322,19 +341,26 @@ def decode_attention(
     )
     if S == 1 and shared is None:
         _decode_stage1[(B, KH, 1)](
-            *head, out, out, sm_scale * _LOG2E, 1, max(window, 0), *strides,
-            out.stride(0), out.stride(1), 0, 0, 0,
-            ONE_SPLIT=True, **common,
+            *head, out, out, out, out, sm_scale * _LOG2E, 1, max(window, 0), *strides,
+            out.stride(0), out.stride(1), 0, 0, 0, 0, 0,
+            ONE_SPLIT=True, MERGE=False, BLOCK_S=1, **common,
         )
         return out
+    merge = one_launch and shared is None
+    if merge:
+        counters = split_counters(q.device, B * KH) if counters is None else counters
+        assert counters.dtype == torch.int32 and counters.numel() >= B * KH and counters.is_contiguous()
     mid_o = torch.empty((B, H, S + SS, D), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((B, H, S + SS), dtype=torch.float32, device=q.device)
+    # NOTE: BLOCK_S at least 32 (the default split cap), so serving compiles one merging variant
     _decode_stage1[(B, KH, S)](
-        *head, mid_o, mid_lse, sm_scale * _LOG2E, S, max(window, 0), *strides,
+        *head, mid_o, mid_lse, out, counters if merge else mid_lse, sm_scale * _LOG2E, S, max(window, 0), *strides,
         mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
-        mid_lse.stride(0), mid_lse.stride(1),
-        ONE_SPLIT=False, **common,
+        mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
+        ONE_SPLIT=False, MERGE=merge, BLOCK_S=max(32, next_pow2(S)) if merge else 1, **common,
     )
+    if merge:
+        return out
     if shared is not None:
         launch_shared_prefix_stage(q, k_buffer, v_buffer, req_to_token, shared, mid_o, mid_lse, sm_scale * _LOG2E,
                                    SS, S, shared_block_n, shared_num_warps, shared_num_stages)

@@ -1,8 +1,10 @@
 """Attention over the token-granular KV pool, through ``radixlm.kernels`` (Triton on CUDA, the
 torch references on CPU).
 
-Both modes first store the new tokens' K/V into their slots, then read every key of a request
-through ``req_to_token``, so cached prefixes (radix-cache hits) and new tokens are treated alike.
+Both modes first store the new tokens' K/V into their slots (applying rotary to q and k in the
+same kernel when the caller passes the positions and the cos/sin table), then read every key of a
+request through ``req_to_token``, so cached prefixes (radix-cache hits) and new tokens are treated
+alike.
 Sliding-window layers (Mistral, Qwen2/3 with ``use_sliding_window``) pass their window to the
 kernels: a query at position ``p`` sees keys ``(p - W, p]``. All KV stays in the pool (the radix
 cache may reuse it); the window only masks.
@@ -34,6 +36,12 @@ class AttentionBackend:
         layer_windows: per layer, the sliding window in keys (0 = full attention); default none.
     """
 
+    # NOTE: kernel-count switches (issue 16), read at each call, so CUDA graphs keep the setting of
+    # their capture. Off: rotary and the KV store launch separately, and decode attention merges
+    # its splits in a second launch; benchmarks/profile_decode_kernels.py --compare measures both.
+    fuse_rotary_store: bool = True
+    decode_one_launch: bool = True
+
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, layer_windows: Sequence[int] = ()
     ) -> None:
@@ -47,11 +55,22 @@ class AttentionBackend:
         return self.layer_windows[layer_id] if layer_id < len(self.layer_windows) else 0
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, fb: ForwardBatch
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, fb: ForwardBatch,
+        positions: torch.Tensor | None = None, cos_sin_cache: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """q ``[T, H, D]``, k/v ``[T, KH, D]`` -> attention output ``[T, H*D]``."""
+        """q ``[T, H, D]``, k/v ``[T, KH, D]`` -> attention output ``[T, H*D]``.
+
+        With ``positions`` (int ``[T]``) and ``cos_sin_cache`` (``[max_pos, D]``), q and k are
+        still unrotated: rotary is applied here (in place), fused with the KV store into one
+        kernel on the Triton path (``ops.rotary_store_kv``). Without them q/k come rotated.
+        """
         k_buf, v_buf = fb.kv_pool.k_buffer[layer_id], fb.kv_pool.v_buffer[layer_id]
-        ops.store_kv(k_buf, v_buf, fb.out_cache_loc, k, v)
+        if cos_sin_cache is not None and self.fuse_rotary_store:
+            ops.rotary_store_kv(q, k, v, positions, cos_sin_cache, k_buf, v_buf, fb.out_cache_loc)
+        else:
+            if cos_sin_cache is not None:
+                ops.apply_rotary(q, k, positions, cos_sin_cache)
+            ops.store_kv(k_buf, v_buf, fb.out_cache_loc, k, v)
         window = self.window(layer_id)
         if fb.mode == ForwardMode.DECODE:
             o = self._decode(q, k_buf, v_buf, fb.req_pool_indices, fb.seq_lens, fb, window)
@@ -70,7 +89,8 @@ class AttentionBackend:
         fn = decode_attention if ops.use_triton(q) else decode_attention_ref
         shared = fb.cascade if window <= 0 else None
         if shared is None:
-            return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window)
+            return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window,
+                      one_launch=self.decode_one_launch)
         # NOTE: shared-stage splits sized for the chunks a plan fills (~ rows / chunk), not for
         # the capacity of the buffer (rows / 2), so that a 2,048-token prefix is read in parallel
         chunks = -(-q.shape[0] // shared.chunk_rows.shape[1])

@@ -1,4 +1,4 @@
-"""The attention kernels compile to sm_90 cubins without a GPU (Triton's full pipeline and ptxas),
+"""The attention kernels (and the fused rotary + KV store) compile to sm_90 cubins without a GPU (Triton's full pipeline and ptxas),
 catching errors the CPU interpreter lets through (types across branches, loop-carried values).
 
 Runs in a subprocess because this process has ``TRITON_INTERPRET=1`` (kernels are interpreted
@@ -21,6 +21,7 @@ def _compile_all() -> None:
     from radixlm.kernels.decode_attention import _decode_stage1, _decode_stage2
     from radixlm.kernels.shared_prefix_attention import _shared_prefix_stage
     from radixlm.kernels.extend_attention import _extend_kernel
+    from radixlm.kernels.rotary_store_kv import _rotary_store_kv_kernel
 
     target = GPUTarget("cuda", 90, 32)
 
@@ -35,11 +36,16 @@ def _compile_all() -> None:
                **{n: "*i64" for n in ("prefix_lens_ptr", "extend_lens_ptr", "extend_start_ptr")}}
         build(_extend_kernel, ext, dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, IEEE=ieee))
         d1 = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr")}, **common, "seq_lens_ptr": "*i64",
-              "start_ptr": "*i64", "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32"}
+              "start_ptr": "*i64", "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32",
+              "o_ptr": f"*{dt}", "counter_ptr": "*i32"}
         consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee)
         for shared in (False, True):
-            build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared})
-        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"}, {**consts, "ONE_SPLIT": True, "HAS_SHARED": False})
+            build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared, "MERGE": False, "BLOCK_S": 1})
+        for G, D in ((4, 128), (3, 64)):  # one launch: the last split merges (arrival counters)
+            build(_decode_stage1, d1, {**consts, "GROUP": G, "HEAD_DIM": D, "BLOCK_D": D, "ONE_SPLIT": False,
+                                       "HAS_SHARED": False, "MERGE": True, "BLOCK_S": 32})
+        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"},
+              {**consts, "ONE_SPLIT": True, "HAS_SHARED": False, "MERGE": False, "BLOCK_S": 1})
         d2 = {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": f"*{dt}", "seq_lens_ptr": "*i64",
               "start_ptr": "*i64", "num_kv_splits": "i32", "num_shared_splits": "i32", "window": "i32"}
         for shared in (False, True):
@@ -51,6 +57,11 @@ def _compile_all() -> None:
             rows = max(16, triton.next_power_of_2(C * G))
             build(_shared_prefix_stage, ds,
                   dict(C=C, GROUP=G, HEAD_DIM=D, BLOCK_R=rows, BLOCK_D=D, BLOCK_N=64, IEEE=ieee))
+        rs = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "k_buf_ptr", "v_buf_ptr")},
+              "pos_ptr": "*i64", "loc_ptr": "*i64", "cache_ptr": "*fp32"}
+        for HQ, HK, D in ((9, 3, 64), (32, 8, 128)):
+            build(_rotary_store_kv_kernel, rs, dict(HALF=D // 2, BLOCK_HQ=triton.next_power_of_2(HQ),
+                                                    BLOCK_HK=triton.next_power_of_2(HK), BLOCK_HALF=D // 2))
     print("compiled")
 
 

@@ -87,8 +87,9 @@ class Attention(nn.Module):
         k = k.view(-1, self.num_kv_heads, d)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        o = fb.attn_backend.forward(q, k, v.view(-1, self.num_kv_heads, d), self.layer_id, fb)
+        # NOTE: the backend applies rotary (fused with its KV store: one kernel instead of two)
+        o = fb.attn_backend.forward(q, k, v.view(-1, self.num_kv_heads, d), self.layer_id, fb,
+                                    positions=positions, cos_sin_cache=self.rotary.cos_sin_cache)
         return self.o_proj(o)
 
 

@@ -1,0 +1,95 @@
+"""Rotary + KV store in one kernel (``kernels/rotary_store_kv.py``) against the two kernels it
+replaces (``apply_rotary`` then ``store_kv``) and their torch references: q/k rotated the same (in
+place, through strided qkv views), the new tokens' k/v slots written, every other slot untouched.
+Triton runs under TRITON_INTERPRET=1 on CPU (compiled on CUDA when a GPU is present).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    # NOTE: before anything imports triton (see radixlm/kernels/_triton.py).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+from radixlm.kernels.rotary import apply_rotary, compute_cos_sin_cache  # noqa: E402
+from radixlm.kernels.rotary_store_kv import rotary_store_kv, rotary_store_kv_ref  # noqa: E402
+from radixlm.kernels.store_kv import store_kv  # noqa: E402
+
+LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192}
+
+
+def make(dev, dtype, buf_dtype, T, hq, hk, D, slots=50, seed=0):
+    """(q, k, v views of one fused qkv, positions, loc, k_buffer, v_buffer)."""
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(T, (hq + 2 * hk) * D, generator=gen).to(dev, dtype)
+    q = qkv[:, : hq * D].view(T, hq, D)
+    k = qkv[:, hq * D : (hq + hk) * D].view(T, hk, D)
+    v = qkv[:, (hq + hk) * D :].view(T, hk, D)
+    # positions past the start of the table, the last row included
+    positions = torch.tensor([4095, 0, 1, 77, 1000, 2048, 3, 4094][:T]).to(dev)
+    loc = (torch.randperm(slots, generator=gen)[:T] + 1).to(dev)
+    bufs = [torch.randn(slots + 1, hk, D, generator=gen).to(dev, buf_dtype) for _ in range(2)]
+    return qkv, q, k, v, positions, loc, bufs
+
+
+CASES = [  # dtype, buffer dtype, T, Hq, Hk, D
+    (torch.float32, torch.float32, 5, 4, 4, 64),
+    (torch.float32, torch.float32, 8, 8, 2, 128),  # GQA 4
+    (torch.float16, torch.float16, 3, 9, 3, 64),  # SmolLM2-135M heads
+    (torch.bfloat16, torch.bfloat16, 4, 6, 1, 128),  # MQA
+    (torch.float32, torch.float16, 6, 12, 4, 64),  # cast into a narrower pool
+]
+
+
+@pytest.mark.parametrize("dtype,buf_dtype,T,hq,hk,D", CASES)
+def test_rotary_store_kv_equals_rotary_then_store(dev, dtype, buf_dtype, T, hq, hk, D):
+    cache = compute_cos_sin_cache(D, 4096, 10000.0, LLAMA31, torch.float32, device=dev)
+    qkv, q, k, v, pos, loc, bufs = make(dev, dtype, buf_dtype, T, hq, hk, D, seed=T * 100 + hq)
+    qkv2 = qkv.clone()
+    q2 = qkv2[:, : hq * D].view(T, hq, D)
+    k2 = qkv2[:, hq * D : (hq + hk) * D].view(T, hk, D)
+    v2 = qkv2[:, (hq + hk) * D :].view(T, hk, D)
+    bufs2 = [b.clone() for b in bufs]
+    before = [b.clone() for b in bufs]
+    out = rotary_store_kv(q, k, v, pos, cache, bufs[0], bufs[1], loc)
+    assert out[0].data_ptr() == q.data_ptr() and out[1].data_ptr() == k.data_ptr()
+    apply_rotary(q2, k2, pos, cache)  # the two launches it replaces
+    store_kv(bufs2[0], bufs2[1], loc, k2, v2)
+    assert torch.equal(qkv, qkv2)  # q, k rotated in place identically; v untouched
+    assert torch.equal(bufs[0], bufs2[0]) and torch.equal(bufs[1], bufs2[1])
+    # the new slots hold the rotated k and v; the other slots are untouched
+    assert torch.equal(bufs[0][loc].cpu(), k.to(buf_dtype).cpu())
+    assert torch.equal(bufs[1][loc].cpu(), v.to(buf_dtype).cpu())
+    other = torch.ones(bufs[0].shape[0], dtype=torch.bool)
+    other[loc.cpu()] = False
+    for b, b0 in zip(bufs, before):
+        assert torch.equal(b.cpu()[other], b0.cpu()[other])
+
+
+@pytest.mark.parametrize("dtype,buf_dtype,T,hq,hk,D", CASES[:3])
+def test_rotary_store_kv_matches_torch_reference(dev, dtype, buf_dtype, T, hq, hk, D):
+    cache = compute_cos_sin_cache(D, 4096, 500000.0, None, torch.float32, device=dev)
+    qkv, q, k, v, pos, loc, bufs = make(dev, dtype, buf_dtype, T, hq, hk, D, seed=7)
+    qr, kr, vr = (x.clone() for x in (q, k, v))
+    bufs_r = [b.clone() for b in bufs]
+    rotary_store_kv(q, k, v, pos, cache, bufs[0], bufs[1], loc)
+    rotary_store_kv_ref(qr, kr, vr, pos, cache, bufs_r[0], bufs_r[1], loc)
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3}[dtype]
+    for a, b in ((q, qr), (k, kr), (bufs[0], bufs_r[0]), (bufs[1], bufs_r[1])):
+        torch.testing.assert_close(a.float().cpu(), b.float().cpu(), rtol=tol, atol=tol)
+
+
+def test_rotary_store_kv_empty(dev):
+    cache = compute_cos_sin_cache(64, 16, 10000.0, None, torch.float32, device=dev)
+    q, k, v = torch.zeros(0, 2, 64, device=dev), torch.zeros(0, 1, 64, device=dev), torch.zeros(0, 1, 64, device=dev)
+    bufs = [torch.randn(5, 1, 64, device=dev) for _ in range(2)]
+    before = [b.clone() for b in bufs]
+    idx = torch.zeros(0, dtype=torch.int64, device=dev)
+    rotary_store_kv(q, k, v, idx, cache, bufs[0], bufs[1], idx)
+    assert all(torch.equal(a, b) for a, b in zip(bufs, before))
