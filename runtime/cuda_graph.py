@@ -71,7 +71,7 @@ class CudaGraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
         self._views: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # n -> (bs, meta[:, :bs], out[:n])
         self.pool = None
-        # Cascade graphs: bs -> (graph, logits, plan buffer, plan last copied there).
+        # Cascade graphs, per size: graph, logits, plan buffer, and the plan last copied into it.
         planner = runner.cascade
         self.cascade_sizes = cascade_batch_sizes(self.sizes) if planner is not None else []
         self.chunk = planner.chunk if planner is not None else 0
