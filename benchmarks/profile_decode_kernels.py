@@ -6,10 +6,11 @@ by total device time per step, with the step's wall time from CUDA events.
     python benchmarks/profile_decode_kernels.py --write-config llama-3.1-8b /tmp/l8b
     python benchmarks/profile_decode_kernels.py --config-dir MODEL_DIR --compare
 
-``--compare`` profiles, in one process, the fused path (rotary + KV store in one kernel, decode
-attention merging its splits in its own launch), then the fused rotary with the two-launch
-attention (isolates the arrival-counter merge), then the separate launches of before
-(``AttentionBackend.fuse_rotary_store`` / ``decode_one_launch`` off), and prints all three.
+``--compare`` profiles, in one process, four settings of the ``AttentionBackend`` switches, from
+the fewest launches per layer to those of before: (1) rotary, KV store, attention and the split
+merge in one launch; (2) rotary + KV store in one kernel, attention merging its splits in its own
+launch (arrival counters); (3) the same with the two-launch attention (stage 2 merges: isolates
+the counters); (4) rotary, store_kv, attention stage 1 and stage 2 separate (before issue 16).
 
 Dummy weights. A step of a small model is bound by the number of kernels (each costs a few µs
 even when it moves little data), so the table's ``launches / step`` column matters as much as
@@ -36,19 +37,21 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compare", action="store_true", help="fused launches, then the separate ones")
-    ap.add_argument("--separate", action="store_true", help="only the separate launches (rotary, store_kv, "
-                    "attention stage 2)")
+    ap.add_argument("--separate", action="store_true", help="only setting (4) of --compare")
     a = ap.parse_args()
     from radixlm.runtime.attention import AttentionBackend
 
     path, name = model_dir(ap, a)
-    variants = [(True, True), (True, False), (False, False)] if a.compare else [(not a.separate,) * 2]
-    for rotary_store, one_launch in variants:
-        AttentionBackend.fuse_rotary_store, AttentionBackend.decode_one_launch = rotary_store, one_launch
-        print(f"\n## rotary+store_kv {'fused' if rotary_store else 'separate'}, decode attention "
-              f"{'one launch (arrival counters)' if one_launch else 'two launches (stage 2 merge)'}")
-        profile_step(a, path, name)
-        torch.cuda.synchronize()
+    # (rotary in attention, rotary + store fused, one-launch merge)
+    settings = [(True, True, True), (False, True, True), (False, True, False), (False, False, False)]
+    for i, (in_attn, fused, one) in enumerate(settings, 1):
+        if a.compare or i == (4 if a.separate else 1):
+            B = AttentionBackend
+            B.decode_rotary_in_attention, B.fuse_rotary_store, B.decode_one_launch = in_attn, fused, one
+            print(f"\n## ({i}) rotary + store_kv {'in attention' if in_attn else 'fused' if fused else 'separate'}, "
+                  f"decode attention {'one launch (arrival counters)' if one else 'two launches (stage 2)'}")
+            profile_step(a, path, name)
+            torch.cuda.synchronize()
 
 
 def profile_step(a: argparse.Namespace, path: str, name: str) -> None:

@@ -15,7 +15,8 @@ store_kv                  ``store_kv.py``
 rmsnorm, fused_add_...    ``rmsnorm.py``
 compute_cos_sin_cache,    ``rotary.py`` (HF neox convention, linear / llama3 scaling)
 apply_rotary
-rotary_store_kv           ``rotary_store_kv.py`` (apply_rotary + store_kv in one launch)
+rotary_store_kv           ``rotary_store_kv.py`` (apply_rotary + store_kv in one launch; its
+                          ``NewTokens`` lets decode_attention do both itself)
 silu_and_mul              ``activation.py``
 apply_token_bitmask       ``bitmask.py`` (in place; ``indices`` picks logits rows)
 linear                    ``gemv.py`` (skinny GEMM for decode, behind ``RADIXLM_SKINNY_GEMM``)

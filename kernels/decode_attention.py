@@ -11,9 +11,11 @@ program holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot
 slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. The
 last split program of each (request, kv head) to finish merges the splits in the same launch
 (``one_launch``, arrival counters: ``decode_merge.py``); else stage 2, a second kernel, merges them
-per (request, head). With one split, stage 1 writes the output directly.
-Splits are computed per request from ``seq_lens`` (and the window) on the device, so
-``num_kv_splits`` and ``window`` are launch arguments that CUDA graphs can capture.
+per (request, head). With one split, stage 1 writes the output directly. With ``new_tokens``
+(:class:`~radixlm.kernels.rotary_store_kv.NewTokens`) stage 1 also applies rotary to q and to the
+new k and stores the new k, v (no separate rotary / store_kv launch). Splits are computed per
+request from ``seq_lens`` (and the window) on the device, so ``num_kv_splits`` and ``window`` are
+launch arguments that CUDA graphs can capture.
 
 With ``shared=`` (:class:`SharedPrefix`, cascade attention; see ``shared_prefix_attention.py``),
 a third kernel reads each shared prefix once per chunk of requests and writes extra split slots;
@@ -22,12 +24,11 @@ stage 1 then covers only each request's own keys ``[start, seq_len)`` and stage 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from radixlm.kernels._triton import check_triton, dot, device_sms, next_pow2, tl, triton
-from radixlm.kernels.decode_merge import _arrive_and_merge, split_counters
+from radixlm.kernels._triton import check_triton, dot, next_pow2, tl, triton
+from radixlm.kernels.decode_merge import _arrive_and_merge, default_num_kv_splits, split_counters
+from radixlm.kernels.rotary_store_kv import NewTokens, _rope_q_store_kv, new_token_args, rotary_store_kv_ref
 from radixlm.kernels.shared_prefix_attention import (
     SharedPrefix,
     _split_len,
@@ -55,13 +56,21 @@ def decode_attention_ref(
     num_shared_splits: int | None = None,
     one_launch: bool = True,
     counters: torch.Tensor | None = None,
+    new_tokens: NewTokens | None = None,
 ) -> torch.Tensor:
     """Torch reference (fp32 math, one request at a time). Same contract as :func:`decode_attention`.
 
     A request with ``seq_len == 0`` gets a zero output. ``num_kv_splits``, ``num_shared_splits``,
-    ``one_launch`` and ``counters`` are ignored. With ``shared``, checks the :class:`SharedPrefix` contract (ValueError) and
-    computes the cascade form (:func:`shared_prefix_attention_ref`), equal to the plain result.
+    ``one_launch`` and ``counters`` are ignored. With ``shared``, checks the :class:`SharedPrefix`
+    contract (ValueError) and computes the cascade form (:func:`shared_prefix_attention_ref`),
+    equal to the plain result. ``new_tokens`` runs :func:`rotary_store_kv_ref` first (q rotated in
+    place here, unlike the kernel; ``k``/``v`` of ``new_tokens`` too).
     """
+    if new_tokens is not None:
+        if shared is not None:
+            raise ValueError("new_tokens cannot be combined with shared")
+        nt = new_tokens
+        rotary_store_kv_ref(q, nt.k, nt.v, nt.positions, nt.cos_sin_cache, k_buffer, v_buffer, nt.loc)
     B, H, D = q.shape
     KH = k_buffer.shape[1]
     G = H // KH
@@ -105,6 +114,7 @@ def _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED: tl.constexpr):
 def _decode_stage1(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, start_ptr,
     mid_o_ptr, mid_lse_ptr, o_ptr, counter_ptr,
+    pos_ptr, cache_ptr, loc_ptr, kn_ptr, vn_ptr,
     qk_scale, num_kv_splits, window,
     stride_qb, stride_qh,
     stride_ks, stride_kh,
@@ -113,9 +123,11 @@ def _decode_stage1(
     stride_mob, stride_moh, stride_mos,
     stride_mlb, stride_mlh,
     stride_ob, stride_oh,
+    stride_c, stride_knb, stride_knh, stride_vnb, stride_vnh,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
     ONE_SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
+    ROTARY: tl.constexpr,
 ):
     # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2. With
     # MERGE, the last split of (b, kvh) to arrive merges into o_ptr and there is no stage 2 either.
@@ -137,10 +149,14 @@ def _decode_stage1(
     if end > start:
         req = tl.load(req_idx_ptr + b).to(tl.int64)
         offs_n = tl.arange(0, BLOCK_N)
-        q = tl.load(
-            q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-            mask=mask_g[:, None] & mask_d[None, :], other=0.0,
-        )
+        q_rows = q_ptr + b * stride_qb + heads[:, None] * stride_qh
+        if ROTARY:  # NewTokens: rotate q here; the split holding position hi - 1 stores its k, v
+            q = _rope_q_store_kv(q_rows, mask_g[:, None] & mask_d[None, :], offs_d, b, kvh, end == hi,
+                                 pos_ptr, cache_ptr, stride_c, loc_ptr, kn_ptr, vn_ptr, stride_knb, stride_knh,
+                                 stride_vnb, stride_vnh, k_ptr, v_ptr, stride_ks, stride_kh, stride_vs, stride_vh,
+                                 HEAD_DIM)
+        else:
+            q = tl.load(q_rows + offs_d[None, :], mask=mask_g[:, None] & mask_d[None, :], other=0.0)
         m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
         acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
@@ -232,19 +248,6 @@ def _decode_stage2(
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=mask_d)
 
 
-def default_num_kv_splits(batch: int, kv_heads: int, device: torch.device) -> int:
-    """Splits per request so that ``batch * kv_heads * splits`` covers the GPU about twice.
-
-    Depends only on the batch shape (not on ``seq_lens``), so a CUDA graph captured for a batch size
-    stays valid for every sequence length. Power of two in ``[1, 32]``; 1 once ``batch * kv_heads >=
-    2 * SMs`` (64 requests of 8 kv heads on an H200), which also skips the reduction kernel. Chosen
-    from the H200 sweeps in benchmarks/results/kernels_h200.md (more splits lose bandwidth at batch
-    64; 32 beats 64 at batch 1).
-    """
-    target = 2 * device_sms(device)
-    return min(32, next_pow2(max(1, math.ceil(target / (batch * kv_heads)))))
-
-
 def decode_attention(
     q: torch.Tensor,
     k_buffer: torch.Tensor,
@@ -266,6 +269,7 @@ def decode_attention(
     shared_num_stages: int = 2,
     one_launch: bool = True,
     counters: torch.Tensor | None = None,
+    new_tokens: NewTokens | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per request over its KV in the pool (Triton).
 
@@ -295,12 +299,16 @@ def decode_attention(
         counters: int32 arrival counters of ``one_launch``, ``>= B * KH`` entries, all zero, left
             zero (default: :func:`~radixlm.kernels.decode_merge.split_counters` of the device;
             launches that may run concurrently on other streams need their own).
+        new_tokens: each row's current token, not yet rotated nor stored (:class:`NewTokens`): the
+            kernel rotates q (in registers; ``q`` is not modified) and k, and stores k, v into the
+            pool before reading it (rotary + store_kv + attention in one launch; not with ``shared``).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.
 
     Raises:
-        ValueError: ``shared`` with ``window > 0``, or ``shared`` of the wrong shapes / dtypes / device.
+        ValueError: ``shared`` with ``window > 0`` or with ``new_tokens``, or ``shared`` /
+            ``new_tokens`` of the wrong shapes / dtypes / device.
     """
     B, H, D = q.shape
     assert k_buffer.dim() == 3 and k_buffer.shape == v_buffer.shape, (k_buffer.shape, v_buffer.shape)
@@ -316,6 +324,9 @@ def decode_attention(
         if window > 0:
             raise ValueError("shared-prefix attention does not support a sliding window")
         check_shared_shapes(shared, B, q.device)
+        if new_tokens is not None:
+            raise ValueError("new_tokens cannot be combined with shared")
+    rope_ptrs, rope_strides = new_token_args(new_tokens, q, k_buffer)
     check_triton(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens)
     if out is None:
         out = torch.empty((B, H, D), dtype=q.dtype, device=q.device)
@@ -330,7 +341,7 @@ def decode_attention(
     BLOCK_D = next_pow2(D)
     common = dict(GROUP=G, HEAD_DIM=D, BLOCK_H=max(16, next_pow2(G)), BLOCK_D=BLOCK_D, BLOCK_N=block_n,
                   IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
-                  HAS_SHARED=shared is not None)
+                  HAS_SHARED=shared is not None, ROTARY=new_tokens is not None)
     start = seq_lens if shared is None else shared.start  # (unread without shared)
     head = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, start)
     strides = (
@@ -341,8 +352,8 @@ def decode_attention(
     )
     if S == 1 and shared is None:
         _decode_stage1[(B, KH, 1)](
-            *head, out, out, out, out, sm_scale * _LOG2E, 1, max(window, 0), *strides,
-            out.stride(0), out.stride(1), 0, 0, 0, 0, 0,
+            *head, out, out, out, out, *rope_ptrs, sm_scale * _LOG2E, 1, max(window, 0), *strides,
+            out.stride(0), out.stride(1), 0, 0, 0, 0, 0, *rope_strides,
             ONE_SPLIT=True, MERGE=False, BLOCK_S=1, **common,
         )
         return out
@@ -354,9 +365,9 @@ def decode_attention(
     mid_lse = torch.empty((B, H, S + SS), dtype=torch.float32, device=q.device)
     # NOTE: BLOCK_S at least 32 (the default split cap), so serving compiles one merging variant
     _decode_stage1[(B, KH, S)](
-        *head, mid_o, mid_lse, out, counters if merge else mid_lse, sm_scale * _LOG2E, S, max(window, 0), *strides,
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
-        mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1),
+        *head, mid_o, mid_lse, out, counters if merge else mid_lse, *rope_ptrs, sm_scale * _LOG2E, S,
+        max(window, 0), *strides, mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
+        mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1), *rope_strides,
         ONE_SPLIT=False, MERGE=merge, BLOCK_S=max(32, next_pow2(S)) if merge else 1, **common,
     )
     if merge:

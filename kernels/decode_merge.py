@@ -1,4 +1,5 @@
 """Split-KV decode attention without a separate merge launch: the last split to finish merges.
+(Also the split count, :func:`default_num_kv_splits`.)
 
 Split-KV ("flash-decoding", Dao et al. 2023) decode attention runs one program per (request, kv
 head, split) that writes a partial output and its log-sum-exp, and a second kernel that merges the
@@ -25,9 +26,11 @@ with ``.cg`` loads (L2, not a possibly stale L1).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from radixlm.kernels._triton import tl, triton
+from radixlm.kernels._triton import device_sms, next_pow2, tl, triton
 
 COUNTERS_MIN = 4096  # entries of a new default buffer (16 KiB), grown on demand
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
@@ -53,6 +56,19 @@ def split_counters(device: torch.device, n: int) -> torch.Tensor:
             _RETIRED.append(buf)
         buf = _COUNTERS[key] = torch.zeros(max(n, COUNTERS_MIN), dtype=torch.int32, device=torch.device(*key))
     return buf
+
+
+def default_num_kv_splits(batch: int, kv_heads: int, device: torch.device) -> int:
+    """Splits per request so that ``batch * kv_heads * splits`` covers the GPU about twice.
+
+    Depends only on the batch shape (not on ``seq_lens``), so a CUDA graph captured for a batch size
+    stays valid for every sequence length. Power of two in ``[1, 32]``; 1 once ``batch * kv_heads >=
+    2 * SMs`` (64 requests of 8 kv heads on an H200), which also skips the reduction kernel. Chosen
+    from the H200 sweeps in benchmarks/results/kernels_h200.md (more splits lose bandwidth at batch
+    64; 32 beats 64 at batch 1).
+    """
+    target = 2 * device_sms(device)
+    return min(32, next_pow2(max(1, math.ceil(target / (batch * kv_heads)))))
 
 
 @triton.jit

@@ -14,6 +14,8 @@ the buffer dtype, exactly as the two separate kernels do, so the results are bit
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from radixlm.kernels._triton import check_triton, next_pow2, tl, triton
@@ -125,3 +127,85 @@ def rotary_store_kv(
         num_warps=4,
     )
     return q, k
+
+
+class NewTokens(NamedTuple):
+    """The current token of each decode row, not yet rotated, for decode attention to finish:
+    it rotates the queries in registers and the keys, and stores keys and values into the pool
+    (``k_buffer[loc[b]]``, ``v_buffer[loc[b]]``) before reading them (one launch for the three).
+
+    Attributes:
+        k, v: ``[B, KH, D]`` (last dim contiguous; views of a fused qkv are fine; not modified).
+        loc: int ``[B]`` pool slots, ``loc[b] == req_to_token[row b, seq_lens[b] - 1]``.
+        positions: int ``[B]``, ``seq_lens[b] - 1`` in decode.
+        cos_sin_cache: ``[max_pos, D]`` rotary table (:func:`~radixlm.kernels.rotary.compute_cos_sin_cache`).
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    loc: torch.Tensor
+    positions: torch.Tensor
+    cos_sin_cache: torch.Tensor
+
+
+@triton.jit
+def _rope_rows(rows_ptr, offs_d, mask, cache_row_ptr, HALF: tl.constexpr):
+    """Rotate rows ``rows_ptr[:, None] + offs_d`` (a ``[R, BLOCK_D]`` tile over the whole head,
+    ``mask`` its valid part) by the table row ``cache_row_ptr``: fp32, as :func:`_rotate_heads`."""
+    lo = offs_d < HALF
+    partner = tl.where(lo, offs_d + HALF, offs_d - HALF)
+    j = tl.where(lo, offs_d, offs_d - HALF)
+    mask_d = offs_d < 2 * HALF
+    cos = tl.load(cache_row_ptr + j, mask=mask_d, other=0.0).to(tl.float32)
+    sin = tl.load(cache_row_ptr + HALF + j, mask=mask_d, other=0.0).to(tl.float32)
+    x = tl.load(rows_ptr + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    xp = tl.load(rows_ptr + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+    return tl.where(lo[None, :], x * cos[None, :] - xp * sin[None, :], x * cos[None, :] + xp * sin[None, :])
+
+
+@triton.jit
+def _rope_q_store_kv(
+    q_rows_ptr, mask_q, offs_d, b, kvh, store, pos_ptr, cache_ptr, stride_c, loc_ptr,
+    kn_ptr, vn_ptr, stride_knb, stride_knh, stride_vnb, stride_vnh,
+    k_ptr, v_ptr, stride_ks, stride_kh, stride_vs, stride_vh, HEAD_DIM: tl.constexpr,
+):
+    """For decode attention's program of (row ``b``, kv head ``kvh``): the rotated query tile
+    (``q.dtype``); with ``store``, also rotates the row's new key of head ``kvh`` and writes it and
+    its value into slot ``loc[b]`` of the pool, then syncs the block (its tiles read that slot)."""
+    row = cache_ptr + tl.load(pos_ptr + b).to(tl.int64) * stride_c
+    q = _rope_rows(q_rows_ptr, offs_d, mask_q, row, HEAD_DIM // 2).to(q_rows_ptr.dtype.element_ty)
+    if store:
+        slot = tl.load(loc_ptr + b).to(tl.int64)
+        one = tl.zeros([1, 1], dtype=tl.int64)
+        mask = (offs_d < HEAD_DIM)[None, :]
+        k = _rope_rows(kn_ptr + b * stride_knb + kvh * stride_knh + one, offs_d, mask, row, HEAD_DIM // 2)
+        k = k.to(kn_ptr.dtype.element_ty).to(k_ptr.dtype.element_ty)  # rounded as rotary then store_kv
+        tl.store(k_ptr + slot * stride_ks + kvh * stride_kh + one + offs_d[None, :], k, mask=mask)
+        v = tl.load(vn_ptr + b * stride_vnb + kvh * stride_vnh + offs_d, mask=offs_d < HEAD_DIM)
+        tl.store(v_ptr + slot * stride_vs + kvh * stride_vh + offs_d, v.to(v_ptr.dtype.element_ty),
+                 mask=offs_d < HEAD_DIM)
+        tl.debug_barrier()
+    return q
+
+
+def new_token_args(new: NewTokens | None, q: torch.Tensor, k_buffer: torch.Tensor) -> tuple[tuple, tuple]:
+    """Checked launch arguments of :class:`NewTokens` for decode attention's stage 1: pointers
+    ``(positions, cos_sin_cache, loc, k, v)`` and strides (placeholders, unread, when ``new`` is None).
+
+    Raises:
+        ValueError: ``new`` of the wrong shapes, dtypes, strides or device for ``q`` ``[B, H, D]``.
+    """
+    if new is None:
+        return (q, q, q, q, q), (0, 0, 0, 0, 0)
+    B, KH, D = q.shape[0], k_buffer.shape[1], q.shape[2]
+    ok = (isinstance(new, NewTokens) and new.k.shape == (B, KH, D) and new.v.shape == (B, KH, D)
+          and new.k.stride(2) == 1 and new.v.stride(2) == 1 and new.k.dtype == new.v.dtype
+          and new.loc.shape == (B,) and new.positions.shape == (B,) and D % 2 == 0
+          and new.loc.dtype in (torch.int32, torch.int64) and new.positions.dtype in (torch.int32, torch.int64)
+          and new.cos_sin_cache.dim() == 2 and new.cos_sin_cache.shape[1] == D and new.cos_sin_cache.stride(1) == 1
+          and all(t.device == q.device for t in new))
+    if not ok:
+        raise ValueError(f"new_tokens do not fit q {tuple(q.shape)} and a pool of {KH} kv heads: "
+                         f"{[(tuple(t.shape), t.dtype, t.device) for t in new] if isinstance(new, NewTokens) else new}")
+    ptrs = (new.positions, new.cos_sin_cache, new.loc, new.k, new.v)
+    return ptrs, (new.cos_sin_cache.stride(0), new.k.stride(0), new.k.stride(1), new.v.stride(0), new.v.stride(1))

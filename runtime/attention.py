@@ -2,9 +2,9 @@
 torch references on CPU).
 
 Both modes first store the new tokens' K/V into their slots (applying rotary to q and k in the
-same kernel when the caller passes the positions and the cos/sin table), then read every key of a
-request through ``req_to_token``, so cached prefixes (radix-cache hits) and new tokens are treated
-alike.
+same kernel when the caller passes the positions and the cos/sin table; in decode without a
+cascade plan, the decode attention kernel does both itself), then read every key of a request
+through ``req_to_token``, so cached prefixes (radix-cache hits) and new tokens are treated alike.
 Sliding-window layers (Mistral, Qwen2/3 with ``use_sliding_window``) pass their window to the
 kernels: a query at position ``p`` sees keys ``(p - W, p]``. All KV stays in the pool (the radix
 cache may reuse it); the window only masks.
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from radixlm import kernels as ops
 from radixlm.kernels.decode_attention import decode_attention, decode_attention_ref, default_num_kv_splits
 from radixlm.kernels.extend_attention import extend_attention, extend_attention_ref
+from radixlm.kernels.rotary_store_kv import NewTokens
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 
 # NOTE: a windowed fresh prefill longer than this goes to the extend kernel (O(n * W)) instead of
@@ -37,10 +38,12 @@ class AttentionBackend:
     """
 
     # NOTE: kernel-count switches (issue 16), read at each call, so CUDA graphs keep the setting of
-    # their capture. Off: rotary and the KV store launch separately, and decode attention merges
-    # its splits in a second launch; benchmarks/profile_decode_kernels.py --compare measures both.
+    # their capture: rotary + KV store in one kernel; decode attention merging its splits in its
+    # own launch; decode attention doing rotary and the KV store itself (no cascade plan). Off:
+    # separate launches; benchmarks/profile_decode_kernels.py --compare measures them.
     fuse_rotary_store: bool = True
     decode_one_launch: bool = True
+    decode_rotary_in_attention: bool = True
 
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, layer_windows: Sequence[int] = ()
@@ -61,17 +64,24 @@ class AttentionBackend:
         """q ``[T, H, D]``, k/v ``[T, KH, D]`` -> attention output ``[T, H*D]``.
 
         With ``positions`` (int ``[T]``) and ``cos_sin_cache`` (``[max_pos, D]``), q and k are
-        still unrotated: rotary is applied here (in place), fused with the KV store into one
-        kernel on the Triton path (``ops.rotary_store_kv``). Without them q/k come rotated.
+        still unrotated: rotary is applied here, fused with the KV store into one kernel on the
+        Triton path (``ops.rotary_store_kv``; q and k rotated in place), or, in decode without a
+        cascade plan, inside the decode attention kernel (q and k left unrotated). Without them
+        q/k come rotated.
         """
         k_buf, v_buf = fb.kv_pool.k_buffer[layer_id], fb.kv_pool.v_buffer[layer_id]
+        window = self.window(layer_id)
+        if (fb.mode == ForwardMode.DECODE and cos_sin_cache is not None and self.decode_rotary_in_attention
+                and (fb.cascade is None or window > 0)):
+            new = NewTokens(k, v, fb.out_cache_loc, positions, cos_sin_cache)
+            o = self._decode(q, k_buf, v_buf, fb.req_pool_indices, fb.seq_lens, fb, window, new)
+            return o.reshape(q.shape[0], self.num_heads * self.head_dim)
         if cos_sin_cache is not None and self.fuse_rotary_store:
             ops.rotary_store_kv(q, k, v, positions, cos_sin_cache, k_buf, v_buf, fb.out_cache_loc)
         else:
             if cos_sin_cache is not None:
                 ops.apply_rotary(q, k, positions, cos_sin_cache)
             ops.store_kv(k_buf, v_buf, fb.out_cache_loc, k, v)
-        window = self.window(layer_id)
         if fb.mode == ForwardMode.DECODE:
             o = self._decode(q, k_buf, v_buf, fb.req_pool_indices, fb.seq_lens, fb, window)
         elif fb.num_decode:  # mixed batch: the prefill part and the decode tail, each its kernel
@@ -83,14 +93,15 @@ class AttentionBackend:
             o = self._extend(q, k, v, k_buf, v_buf, fb, window, fb.batch_size)
         return o.reshape(q.shape[0], self.num_heads * self.head_dim)
 
-    def _decode(self, q, k_buf, v_buf, req_pool_indices, seq_lens, fb: ForwardBatch, window: int) -> torch.Tensor:
+    def _decode(self, q, k_buf, v_buf, req_pool_indices, seq_lens, fb: ForwardBatch, window: int,
+                new_tokens: NewTokens | None = None) -> torch.Tensor:
         """One query per request (q ``[B, H, D]``) over its ``seq_lens`` keys; the cascade plan of
-        the batch's decode rows applies to its full-attention layers."""
+        the batch's decode rows applies to its full-attention layers (never with ``new_tokens``)."""
         fn = decode_attention if ops.use_triton(q) else decode_attention_ref
         shared = fb.cascade if window <= 0 else None
         if shared is None:
             return fn(q, k_buf, v_buf, fb.req_to_token, req_pool_indices, seq_lens, self.scale, window=window,
-                      one_launch=self.decode_one_launch)
+                      one_launch=self.decode_one_launch, new_tokens=new_tokens)
         # NOTE: shared-stage splits sized for the chunks a plan fills (~ rows / chunk), not for
         # the capacity of the buffer (rows / 2), so that a 2,048-token prefix is read in parallel
         chunks = -(-q.shape[0] // shared.chunk_rows.shape[1])

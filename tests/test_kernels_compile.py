@@ -1,5 +1,6 @@
-"""The attention kernels (and the fused rotary + KV store) compile to sm_90 cubins without a GPU (Triton's full pipeline and ptxas),
-catching errors the CPU interpreter lets through (types across branches, loop-carried values).
+"""The attention kernels (and the fused rotary + KV store) compile to sm_90 cubins without a GPU
+(Triton's full pipeline and ptxas), catching errors the CPU interpreter lets through (types across
+branches, loop-carried values).
 
 Runs in a subprocess because this process has ``TRITON_INTERPRET=1`` (kernels are interpreted
 functions here, which cannot be compiled)."""
@@ -37,15 +38,19 @@ def _compile_all() -> None:
         build(_extend_kernel, ext, dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, IEEE=ieee))
         d1 = {**{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr")}, **common, "seq_lens_ptr": "*i64",
               "start_ptr": "*i64", "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32",
-              "o_ptr": f"*{dt}", "counter_ptr": "*i32"}
-        consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee)
+              "o_ptr": f"*{dt}", "counter_ptr": "*i32", "pos_ptr": "*i64", "cache_ptr": "*fp32", "loc_ptr": "*i64",
+              "kn_ptr": f"*{dt}", "vn_ptr": f"*{dt}"}
+        consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee, ROTARY=False)
         for shared in (False, True):
-            build(_decode_stage1, d1, {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared, "MERGE": False, "BLOCK_S": 1})
-        for G, D in ((4, 128), (3, 64)):  # one launch: the last split merges (arrival counters)
+            build(_decode_stage1, d1,
+                  {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared, "MERGE": False, "BLOCK_S": 1})
+        # one launch: the last split merges (arrival counters); ROTARY: rotary + KV store inside
+        for G, D, rotary in ((4, 128, False), (3, 64, False), (3, 64, True), (8, 128, True)):
             build(_decode_stage1, d1, {**consts, "GROUP": G, "HEAD_DIM": D, "BLOCK_D": D, "ONE_SPLIT": False,
-                                       "HAS_SHARED": False, "MERGE": True, "BLOCK_S": 32})
-        build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"},
-              {**consts, "ONE_SPLIT": True, "HAS_SHARED": False, "MERGE": False, "BLOCK_S": 1})
+                                       "HAS_SHARED": False, "MERGE": True, "BLOCK_S": 32, "ROTARY": rotary})
+        for rotary in (False, True):
+            build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"},
+                  {**consts, "ONE_SPLIT": True, "HAS_SHARED": False, "MERGE": False, "BLOCK_S": 1, "ROTARY": rotary})
         d2 = {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": f"*{dt}", "seq_lens_ptr": "*i64",
               "start_ptr": "*i64", "num_kv_splits": "i32", "num_shared_splits": "i32", "window": "i32"}
         for shared in (False, True):

@@ -93,3 +93,58 @@ def test_rotary_store_kv_empty(dev):
     idx = torch.zeros(0, dtype=torch.int64, device=dev)
     rotary_store_kv(q, k, v, idx, cache, bufs[0], bufs[1], idx)
     assert all(torch.equal(a, b) for a, b in zip(bufs, before))
+
+
+# ---------------------------------------------------------------- inside decode attention (NewTokens)
+
+
+@pytest.mark.parametrize("lens,KH,G,D,splits,one_launch,window,dtype", [
+    ([1, 37, 70], 3, 3, 64, None, True, 0, torch.float32),  # SmolLM2-135M heads; a 1-token row
+    ([50, 17], 2, 4, 128, 1, True, 0, torch.float32),  # one split: stage 1 writes the output
+    ([80, 9, 33], 1, 8, 64, 4, False, 0, torch.float32),  # two-launch merge
+    ([40, 65], 2, 2, 128, 8, True, 20, torch.float32),  # sliding window
+    ([33, 7, 64], 2, 4, 64, 4, True, 0, torch.float16),
+])
+def test_decode_attention_with_new_tokens(dev, lens, KH, G, D, splits, one_launch, window, dtype):
+    """Rotary + store + attention in one launch == rotary_store_kv_ref, then decode_attention_ref."""
+    from radixlm.kernels.decode_attention import decode_attention, decode_attention_ref
+    from radixlm.kernels.rotary_store_kv import NewTokens
+
+    gen = torch.Generator().manual_seed(sum(lens) + D)
+    B, H, total = len(lens), KH * G, sum(lens)
+    kb = torch.randn(total + 4, KH, D, generator=gen).to(dtype)
+    vb = torch.randn(total + 4, KH, D, generator=gen).to(dtype)
+    r2t = torch.zeros(B + 2, max(lens) + 3, dtype=torch.int32)
+    slots = torch.randperm(total + 3, generator=gen)[:total] + 1
+    rows = torch.randperm(B + 2, generator=gen)[:B]
+    off = 0
+    for row, n in zip(rows.tolist(), lens):
+        r2t[row, :n] = slots[off : off + n].int()
+        off += n
+    loc = torch.tensor([int(r2t[r, n - 1]) for r, n in zip(rows.tolist(), lens)])
+    qkv = torch.randn(B, (H + 2 * KH) * D, generator=gen).to(dtype)
+    q = qkv[:, : H * D].view(B, H, D)
+    k = qkv[:, H * D : (H + KH) * D].view(B, KH, D)
+    v = qkv[:, (H + KH) * D :].view(B, KH, D)
+    cache = compute_cos_sin_cache(D, 4096, 10000.0, LLAMA31, torch.float32)
+    pos = torch.tensor(lens) - 1 + 3000  # positions past the table start (offset: rotary is relative)
+    t = [x.clone().to(dev) for x in (qkv, kb, vb, r2t, rows, torch.tensor(lens), loc, pos, cache)]
+    qkv_d, kb_d, vb_d, r2t_d, rows_d, lens_d, loc_d, pos_d, cache_d = t
+    q_d, k_d, v_d = (qkv_d[:, a * D : b * D].view(B, -1, D) for a, b in ((0, H), (H, H + KH), (H + KH, H + 2 * KH)))
+    new = NewTokens(k_d, v_d, loc_d, pos_d, cache_d)
+    got = decode_attention(q_d, kb_d, vb_d, r2t_d, rows_d, lens_d, D**-0.5, num_kv_splits=splits, block_n=16,
+                           window=window, one_launch=one_launch, new_tokens=new)
+    assert torch.equal(qkv_d.cpu(), qkv)  # q, k, v not modified
+    qr, kr, vr, kbr, vbr = (x.clone() for x in (q, k, v, kb, vb))
+    rotary_store_kv_ref(qr, kr, vr, pos, cache, kbr, vbr, loc)
+    want = decode_attention_ref(qr, kbr, vbr, r2t, rows, torch.tensor(lens), D**-0.5, window=window)
+    tol = {torch.float32: 2e-5, torch.float16: 2e-3}[dtype]
+    err = ((got.cpu().float() - want.float()).norm() / want.float().norm()).item()
+    assert err < tol, err
+    # the new slots hold the rotated k (rounded as the two kernels round it) and v; others untouched
+    torch.testing.assert_close(kb_d.cpu().float(), kbr.float(), rtol=tol, atol=tol)
+    assert torch.equal(vb_d.cpu(), vbr)
+    other = torch.ones(kb.shape[0], dtype=torch.bool)
+    other[loc] = False
+    assert torch.equal(kb_d.cpu()[other], kb[other]) and torch.equal(vb_d.cpu()[other], vb[other])
+    assert not torch.equal(kb_d.cpu()[loc], kb[loc])

@@ -87,7 +87,7 @@ class Attention(nn.Module):
         k = k.view(-1, self.num_kv_heads, d)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        # NOTE: the backend applies rotary (fused with its KV store: one kernel instead of two)
+        # NOTE: the backend applies rotary, fused with its KV store (and in decode with attention)
         o = fb.attn_backend.forward(q, k, v.view(-1, self.num_kv_heads, d), self.layer_id, fb,
                                     positions=positions, cos_sin_cache=self.rotary.cos_sin_cache)
         return self.o_proj(o)
