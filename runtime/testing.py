@@ -8,6 +8,33 @@ from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.tokenizer import load_tokenizer
 
+# Chat questions for real-model tests (their greedy answers vary: many distinct tokens).
+CHAT_QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Give me three tips for staying healthy.",
+    "Explain what a binary search does.",
+    "What is 12 times 7?",
+    "Name a famous painting by Leonardo da Vinci.",
+    "How do plants make their food?",
+    "Translate 'good morning' into Spanish.",
+]
+
+
+def spy_cascade_plans(planner) -> list[bool]:
+    """Wrap ``planner.plan`` (a ``runtime.cascade.CascadePlanner``) so that every call appends
+    whether it returned a plan to the returned list."""
+    used: list[bool] = []
+    build = planner.plan
+
+    def spy(*args, **kwargs):
+        plan = build(*args, **kwargs)
+        used.append(plan is not None)
+        return plan
+
+    planner.plan = spy
+    return used
+
 
 def make_scheduler(path: str, **server_args) -> Scheduler:
     """A CPU scheduler over the model at ``path``; ``max_total_tokens`` defaults to 4096."""

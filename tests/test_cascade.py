@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from radixlm.runtime.cascade import CascadePlanner, cascade_shape, shared_views
+from radixlm.runtime.testing import CHAT_QUESTIONS, spy_cascade_plans
 
 
 @dataclass(eq=False)
@@ -107,14 +108,6 @@ def test_flat_layout_matches_the_views():
     assert all((t.data_ptr() - buf.data_ptr()) % 16 == 0 for t in (v.start, v.chunk_rows, v.chunk_req, v.chunk_len))
 
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "Give me three tips for staying healthy.",
-    "Explain what a binary search does.",
-    "What is 12 times 7?",
-    "Name a famous painting by Leonardo da Vinci.",
-]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +118,7 @@ def chat_prompts():
 
     path = default_model_path()
     tok = AutoTokenizer.from_pretrained(path)
-    msgs = [[{"role": "user", "content": q}] for q in QUESTIONS]  # NOTE: one shared system prompt
+    msgs = [[{"role": "user", "content": q}] for q in CHAT_QUESTIONS[:6]]  # NOTE: one shared system prompt
     return path, [tok.apply_chat_template(m, tokenize=True, add_generation_prompt=True, return_dict=False) for m in msgs]
 
 
@@ -145,16 +138,8 @@ def test_cascade_keeps_greedy_outputs_on_the_real_model(chat_prompts, kw):
         sched = make_scheduler(path, enable_cascade_attention=cascade, **kw)
         used = []
         if cascade:
-            planner = sched.runner.cascade = CascadePlanner(
-                1, min_shared=16, chunk=3, min_saved_bytes=0)
-            build = planner.plan
-
-            def spy(*a, **k):
-                p = build(*a, **k)
-                used.append(p is not None)
-                return p
-
-            planner.plan = spy
+            sched.runner.cascade = CascadePlanner(1, min_shared=16, chunk=3, min_saved_bytes=0)
+            used = spy_cascade_plans(sched.runner.cascade)
         reqs = [Req(f"r{i}", list(p), SamplingParams(max_new_tokens=32, temperature=0, ignore_eos=True))
                 for i, p in enumerate(prompts)]
         outs = run_to_completion(sched, reqs, arrivals)

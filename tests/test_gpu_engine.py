@@ -94,6 +94,7 @@ def test_cascade_attention_keeps_greedy_outputs(tiny_llama):
     outputs equal those with cascade attention off."""
     from radixlm.runtime.cascade import CascadePlanner
     from radixlm.runtime.engine import Engine
+    from radixlm.runtime.testing import spy_cascade_plans
 
     prefix = "You are a careful assistant who answers in one short sentence. " * 25
     prompts = [prefix + f"Question {i}: what is {i} plus {2 * i}?" for i in range(40)]
@@ -103,15 +104,8 @@ def test_cascade_attention_keeps_greedy_outputs(tiny_llama):
         with Engine(tiny_llama, device="cuda", dtype="float32", max_total_tokens=32768, max_running_requests=64,
                     enable_cascade_attention=cascade, **kw) as e:
             if cascade:
-                planner = e.runner.cascade = CascadePlanner(1, min_shared=64, min_saved_bytes=0)
-                build = planner.plan
-
-                def spy(*a, **k):
-                    plan = build(*a, **k)
-                    used.append(plan is not None)
-                    return plan
-
-                planner.plan = spy
+                e.runner.cascade = CascadePlanner(1, min_shared=64, min_saved_bytes=0)
+                used = spy_cascade_plans(e.runner.cascade)
             e.generate(prompts[0], GREEDY)  # NOTE: the prefix enters the cache
             return [o["output_ids"] for o in e.generate(prompts, GREEDY)], used
 

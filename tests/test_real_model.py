@@ -19,20 +19,11 @@ import torch
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
-from radixlm.runtime.testing import make_scheduler, run_to_completion
+from radixlm.runtime.testing import CHAT_QUESTIONS, make_scheduler, run_to_completion
 
 pytestmark = pytest.mark.timeout(900)
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "Give me three tips for staying healthy.",
-    "Explain what a binary search does.",
-    "What is 12 times 7?",
-    "Name a famous painting by Leonardo da Vinci.",
-    "How do plants make their food?",
-    "Translate 'good morning' into Spanish.",
-]
+QUESTIONS = CHAT_QUESTIONS
 NEW_TOKENS = 32
 
 
