@@ -43,7 +43,11 @@ class AttentionBackend:
     # separate launches; benchmarks/profile_decode_kernels.py --compare measures them.
     fuse_rotary_store: bool = True
     decode_one_launch: bool = True
-    decode_rotary_in_attention: bool = True
+    # NOTE: off by default: the decode CUDA graphs also replay small EXTEND batches one row per
+    # token ("flat decode", ModelRunner._flat_decode_ok), where a row reads keys that other rows of
+    # the same launch write; storing inside attention would race there. Safe only for graphs that
+    # replay true decode steps (one row per request), or eager DECODE batches.
+    decode_rotary_in_attention: bool = False
 
     def __init__(
         self, num_heads: int, num_kv_heads: int, head_dim: int, layer_windows: Sequence[int] = ()

@@ -148,3 +148,49 @@ def test_decode_attention_with_new_tokens(dev, lens, KH, G, D, splits, one_launc
     other[loc] = False
     assert torch.equal(kb_d.cpu()[other], kb[other]) and torch.equal(vb_d.cpu()[other], vb[other])
     assert not torch.equal(kb_d.cpu()[loc], kb[loc])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])  # qwen3: q/k RMSNorm before rotary
+def test_model_decode_same_with_rotary_in_attention(tiny_models, arch, monkeypatch):
+    """Tiny models through the Triton kernels: two requests prefilled, then decoded together, with
+    rotary + KV store in their own kernel (default) and inside decode attention: same logits."""
+    import radixlm.kernels as K
+    from radixlm.runtime.attention import AttentionBackend
+    from radixlm.runtime.batch import ReqSlice, ScheduleBatch
+    from radixlm.runtime.forward_batch import ForwardMode
+    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.request import Req
+    from radixlm.runtime.sampling_params import SamplingParams
+    from radixlm.runtime.server_args import ServerArgs
+
+    monkeypatch.setenv("RADIXLM_FORCE_TRITON_OPS", "1")
+    if not K.use_triton(torch.zeros(1)):
+        pytest.skip("Triton kernels cannot run on CPU tensors here")
+    path = tiny_models[arch]
+    prompts = [[5, 17, 3, 99, 42, 7, 64, 11, 23], [8, 1, 250, 33]]
+
+    def run(in_attention: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(AttentionBackend, "decode_rotary_in_attention", in_attention)
+        runner = ModelRunner(ServerArgs(model_path=path, device="cpu", max_total_tokens=256), path, [])
+        reqs = [Req(f"r{i}", list(p), SamplingParams()) for i, p in enumerate(prompts)]
+        out = []
+        for step in range(4):
+            mode = ForwardMode.EXTEND if step == 0 else ForwardMode.DECODE
+            slices, slots = [], []
+            for r in reqs:
+                if step == 0:
+                    r.req_pool_idx = runner.req_to_token_pool.alloc()
+                start, end = (0, len(r.origin_input_ids)) if step == 0 else (len(r.origin_input_ids) - 1,
+                                                                               len(r.origin_input_ids))
+                s = runner.allocator.alloc(end - start)
+                runner.req_to_token_pool.write(r.req_pool_idx, start, s)
+                slots.append(s)
+                slices.append(ReqSlice(r, start, end, sample=True, logprob_from=end - 1, logprob_to=end))
+            logits, _ = runner.forward_logits(ScheduleBatch(mode, slices, out_cache_loc=torch.cat(slots)))
+            out.append(logits)
+            for r, row in zip(reqs, logits[-len(reqs):] if len(logits) >= len(reqs) else logits):
+                r.origin_input_ids = r.origin_input_ids + [int(row.argmax())]
+        return out
+
+    for a, b in zip(run(False), run(True)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
