@@ -9,10 +9,11 @@ by total device time per step, with the step's wall time from CUDA events.
 ``--compare`` profiles, in one process, four settings of the ``AttentionBackend`` switches, from
 the fewest launches per layer to those of before: (1) rotary, KV store, attention and the split
 merge in one launch (``decode_rotary_in_attention``, not the default: only valid for graphs that
-replay true decode steps, see runtime/attention.py; this script replays only those); (2) the
-default: rotary + KV store in one kernel, attention merging its splits in its own launch (arrival
-counters); (3) the same with the two-launch attention (stage 2 merges: isolates the counters);
-(4) rotary, store_kv, attention stage 1 and stage 2 separate (before issue 16).
+replay true decode steps, see runtime/attention.py; this script replays only those); (2)
+rotary + KV store in one kernel, attention merging its splits in its own launch (arrival
+counters); (3) the default: the same with the two-launch attention (stage 2 merges; on the H200
+the counters of (2) cost more than the launch they save); (4) rotary, store_kv, attention stage 1
+and stage 2 separate (before issue 16).
 
 Dummy weights. A step of a small model is bound by the number of kernels (each costs a few µs
 even when it moves little data), so the table's ``launches / step`` column matters as much as
@@ -39,7 +40,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compare", action="store_true", help="fused launches, then the separate ones")
-    ap.add_argument("--separate", action="store_true", help="only setting (4) of --compare (default: (2))")
+    ap.add_argument("--separate", action="store_true", help="only setting (4) of --compare (default: (3), the runtime default)")
     a = ap.parse_args()
     from radixlm.runtime.attention import AttentionBackend
 
@@ -47,7 +48,7 @@ def main() -> None:
     # (rotary in attention, rotary + store fused, one-launch merge)
     settings = [(True, True, True), (False, True, True), (False, True, False), (False, False, False)]
     for i, (in_attn, fused, one) in enumerate(settings, 1):
-        if a.compare or i == (4 if a.separate else 2):
+        if a.compare or i == (4 if a.separate else 3):
             B = AttentionBackend
             B.decode_rotary_in_attention, B.fuse_rotary_store, B.decode_one_launch = in_attn, fused, one
             print(f"\n## ({i}) rotary + store_kv {'in attention' if in_attn else 'fused' if fused else 'separate'}, "

@@ -54,7 +54,7 @@ def decode_attention_ref(
     window: int = 0,
     shared: SharedPrefix | None = None,
     num_shared_splits: int | None = None,
-    one_launch: bool = True,
+    one_launch: bool = False,
     counters: torch.Tensor | None = None,
     new_tokens: NewTokens | None = None,
 ) -> torch.Tensor:
@@ -267,7 +267,7 @@ def decode_attention(
     shared_block_n: int = 64,
     shared_num_warps: int | None = None,
     shared_num_stages: int = 2,
-    one_launch: bool = True,
+    one_launch: bool = False,
     counters: torch.Tensor | None = None,
     new_tokens: NewTokens | None = None,
 ) -> torch.Tensor:
@@ -294,8 +294,9 @@ def decode_attention(
         shared_block_n, shared_num_warps, shared_num_stages: tuning knobs of the shared stage
             (``shared_num_warps`` None: 4).
         one_launch: with several splits and no ``shared``, merge them in the stage-1 launch (the
-            last split of each (request, kv head) merges); False: a second launch merges (the
-            two-launch path, kept for comparison). Results differ by fp32 rounding only.
+            last split of each (request, kv head) merges) instead of a second launch (default).
+            Results differ by fp32 rounding only. Off by default: on the H200 at batch 1 the
+            arrival counters cost more than the launch they save (runtime/attention.py).
         counters: int32 arrival counters of ``one_launch``, ``>= B * KH`` entries, all zero, left
             zero (default: :func:`~radixlm.kernels.decode_merge.split_counters` of the device;
             launches that may run concurrently on other streams need their own).

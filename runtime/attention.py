@@ -41,8 +41,11 @@ class AttentionBackend:
     # their capture: rotary + KV store in one kernel; decode attention merging its splits in its
     # own launch; decode attention doing rotary and the KV store itself (no cascade plan). Off:
     # separate launches; benchmarks/profile_decode_kernels.py --compare measures them.
+    # H200, bs 1, graph replay (profile_decode_kernels.py --compare): fused rotary + store saves 2-3%
+    # of a step (135M: 989 -> 955 us; 8B: 4,712 -> 4,657 us); merging in the stage-1 launch with
+    # arrival counters is slower than the second launch it saves (968 vs 955 us; 4,701 vs 4,657 us).
     fuse_rotary_store: bool = True
-    decode_one_launch: bool = True
+    decode_one_launch: bool = False
     # NOTE: off by default: the decode CUDA graphs also replay small EXTEND batches one row per
     # token ("flat decode", ModelRunner._flat_decode_ok), where a row reads keys that other rows of
     # the same launch write; storing inside attention would race there. Safe only for graphs that

@@ -55,25 +55,26 @@ def test_one_launch_matches_reference_and_two_launch(dev, lens, KH, G, D, splits
     want = decode_attention_ref(*args, D**-0.5, window=window)
     two = decode_attention(*args, D**-0.5, num_kv_splits=splits, block_n=16, window=window, one_launch=False)
     for _ in range(3):  # repeated calls on one counter buffer, as layers and graph replays do
-        got = decode_attention(*args, D**-0.5, num_kv_splits=splits, block_n=16, window=window, counters=counters)
+        got = decode_attention(*args, D**-0.5, num_kv_splits=splits, block_n=16, window=window, counters=counters,
+                               one_launch=True)
         assert rel_err(got, want) < 2e-5 and rel_err(got, two) < 2e-5, (rel_err(got, want), rel_err(got, two))
         assert torch.count_nonzero(counters) == 0
         zero = torch.tensor(lens) == 0
         assert torch.equal(got[zero.to(dev)], torch.zeros_like(got[zero.to(dev)]))
 
 
-def test_one_launch_default_counters_left_zero(dev):
+def test_one_launch_device_counters_left_zero(dev):
     args = make_batch(dev, [12, 40], 2, 4, 64, seed=3)
     out = torch.full_like(args[0], float("nan"))  # a static output buffer, fully overwritten
     for _ in range(2):
-        decode_attention(*args, 0.125, num_kv_splits=16, block_n=16, out=out)
+        decode_attention(*args, 0.125, num_kv_splits=16, block_n=16, out=out, one_launch=True)
         assert torch.count_nonzero(split_counters(args[0].device, 4)) == 0
     assert rel_err(out, decode_attention_ref(*args, 0.125)) < 2e-5
 
 
 def test_one_launch_fp16(dev):
     args = make_batch(dev, [33, 7, 64], 2, 4, 64, dtype=torch.float16, seed=5)
-    got = decode_attention(*args, 0.125, num_kv_splits=4, block_n=16)
+    got = decode_attention(*args, 0.125, num_kv_splits=4, block_n=16, one_launch=True)
     assert got.dtype == torch.float16 and rel_err(got, decode_attention_ref(*args, 0.125)) < 2e-3
 
 
