@@ -60,3 +60,26 @@ def run_to_completion(sched: Scheduler, reqs: list[Req], arrivals: list[int] | N
     if not all(r.finished for r in reqs):
         raise RuntimeError("the scheduler went idle with unfinished requests")
     return [r.output_ids for r in reqs]
+
+
+class SeqMatcher:
+    """A stand-in grammar matcher (the ``GrammarMatcher`` methods speculative decoding uses) that
+    accepts exactly the token sequence ``allowed`` and forces the text ``forced``."""
+
+    def __init__(self, allowed, forced=""):
+        self.allowed, self.pos, self.forced = list(allowed), 0, forced
+
+    def accept_token(self, t):
+        if self.pos < len(self.allowed) and self.allowed[self.pos] == t:
+            self.pos += 1
+            return True
+        return False
+
+    def rollback(self, n):
+        self.pos -= n
+
+    def is_terminated(self):
+        return False
+
+    def find_jump_forward_string(self):
+        return self.forced
