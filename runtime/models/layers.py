@@ -44,7 +44,8 @@ class RMSNorm(nn.Module):
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al. 2021) in the HF ``rotate_half`` (neox) layout, with
-    ``linear``/``llama3`` scaling; a fp32 cos/sin table over ``max_position_embeddings``."""
+    ``linear``/``llama3`` scaling: holds the fp32 cos/sin table ``[max_position_embeddings, D]``
+    that the attention backend applies (fused with the KV store, ``runtime/attention.py``)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -52,10 +53,6 @@ class RotaryEmbedding(nn.Module):
             cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling, torch.float32
         )
         self.register_buffer("cos_sin_cache", table, persistent=False)
-
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        """positions int64 ``[T]``; q ``[T, H, D]``, k ``[T, KH, D]`` -> rotated (q, k), in place."""
-        return ops.apply_rotary(q, k, positions, self.cos_sin_cache)
 
 
 class Attention(nn.Module):
