@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pkg import ensure_radixlm  # noqa: E402
+from model_dims import Out  # noqa: E402
 
 ensure_radixlm()
 
@@ -41,19 +42,6 @@ SHAPES = {
 }
 COLD_BYTES = 256 << 20
 DEV = "cuda"  # the timed path needs CUDA; a dry run of the table logic may set "cpu"
-
-
-class Out:
-    """Prints lines and appends them to a file (flushed per line)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.f = open(path, "w") if path else None
-
-    def __call__(self, line: str = "") -> None:
-        print(line, flush=True)
-        if self.f:
-            self.f.write(line + "\n")
-            self.f.flush()
 
 
 def time_calls(fn, xs, ws, reps: int) -> float:

@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pkg import ensure_radixlm  # noqa: E402
+from model_dims import Out  # noqa: E402
 
 ensure_radixlm()
 
@@ -44,19 +45,6 @@ from radixlm.kernels.shared_prefix_attention import default_num_shared_splits, p
 MODELS = {"8b": ("Llama-3.1-8B", 32, 8, 128), "135m": ("SmolLM2-135M", 9, 3, 64)}
 COLD_BYTES = 256 << 20
 DEV = "cuda"  # --cpu-dry-run (TRITON_INTERPRET=1, tiny sizes) checks the script's logic on "cpu"
-
-
-class Out:
-    """Prints lines and appends them to a file (flushed per line)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.f = open(path, "w") if path else None
-
-    def __call__(self, line: str = "") -> None:
-        print(line, flush=True)
-        if self.f:
-            self.f.write(line + "\n")
-            self.f.flush()
 
 
 class Workload:

@@ -1,5 +1,5 @@
 """Shared pieces of the GPU micro-benchmarks that run a model of given dimensions with dummy
-weights: choosing the model folder and timing a captured CUDA graph."""
+weights: choosing the model folder, timing a captured CUDA graph, and printing result tables."""
 
 from __future__ import annotations
 
@@ -41,3 +41,16 @@ def replay_ms(graph, iters: int, warmup: int = 5) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / iters
+
+
+class Out:
+    """Prints lines and appends them to a file (flushed per line)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.f = open(path, "w") if path else None
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        if self.f:
+            self.f.write(line + "\n")
+            self.f.flush()

@@ -196,6 +196,18 @@ def _decode_stage1(
                           stride_oh, GROUP, HEAD_DIM, BLOCK_D, BLOCK_S)
 
 
+@triton.jit
+def _merge_split(acc, l_i, m_i, lse_ptr, part_ptr, mask_d):
+    """Fold one split's partial output (``part_ptr``, normalized) and log2-sum-exp (``lse_ptr``)
+    into the running ``(acc, l_i, m_i)`` of stage 2 (flash-decoding's merge)."""
+    lse = tl.load(lse_ptr)
+    part = tl.load(part_ptr, mask=mask_d, other=0.0)
+    m_new = tl.maximum(m_i, lse)
+    alpha = tl.exp2(m_i - m_new)
+    w = tl.exp2(lse - m_new)
+    return acc * alpha + w * part, l_i * alpha + w, m_new
+
+
 # NOTE: num_shared_splits is not specialized: eager mixed batches vary it, and every new value
 # class (1, multiple of 16, other) would compile another variant while serving.
 @triton.jit(do_not_specialize=["window", "num_shared_splits"])
@@ -224,26 +236,13 @@ def _decode_stage2(
     ml = mid_lse_ptr + b * stride_mlb + h * stride_mlh
     for split in range(0, num_kv_splits):
         if split * split_len < hi - lo:
-            lse = tl.load(ml + split)
-            part = tl.load(mo + split * stride_mos + offs_d, mask=mask_d, other=0.0)
-            m_new = tl.maximum(m_i, lse)
-            alpha = tl.exp2(m_i - m_new)
-            w = tl.exp2(lse - m_new)
-            acc = acc * alpha + w * part
-            l_i = l_i * alpha + w
-            m_i = m_new
+            acc, l_i, m_i = _merge_split(acc, l_i, m_i, ml + split, mo + split * stride_mos + offs_d, mask_d)
     if HAS_SHARED:
         shared_split_len = _split_len(lo, num_shared_splits, SHARED_BLOCK_N)  # as in the shared stage
         for split in range(0, num_shared_splits):
             if split * shared_split_len < lo:
-                lse = tl.load(ml + num_kv_splits + split)
-                part = tl.load(mo + (num_kv_splits + split) * stride_mos + offs_d, mask=mask_d, other=0.0)
-                m_new = tl.maximum(m_i, lse)
-                alpha = tl.exp2(m_i - m_new)
-                w = tl.exp2(lse - m_new)
-                acc = acc * alpha + w * part
-                l_i = l_i * alpha + w
-                m_i = m_new
+                s = num_kv_splits + split
+                acc, l_i, m_i = _merge_split(acc, l_i, m_i, ml + s, mo + s * stride_mos + offs_d, mask_d)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)  # no split ran (seq_len 0): zeros
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=mask_d)
 
