@@ -172,7 +172,7 @@ class CudaGraphRunner:
         Returns fp32 logits ``[n, V]``, a view of the graph's output buffer (valid until the next
         replay)."""
         n = len(positions)
-        key = -n if cascade is not None else n
+        key = -n if cascade is not None else n  # NOTE: cascade graphs' views under negative row counts
         views = self._views.get(key)
         if views is None:  # NOTE: the views of the persistent buffers are made once per row count
             sizes, outputs = (self.cascade_sizes, self.cascade_outputs) if cascade is not None else (self.sizes, self.outputs)
