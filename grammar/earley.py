@@ -3,6 +3,13 @@
 A column is created by completing one terminal from an earlier column (``advance``); columns are
 memoized by ``(column, terminal)``, so the chart is a tree of parse histories that many matchers
 (and rollbacks) reuse. Nullable nonterminals are handled as in Aycock & Horspool.
+
+Columns are also shared by *content*: a new column whose waiting items (those with a symbol after
+the dot; origins equal to the column itself written as -1) and accepting flag equal an existing
+column's is that column. Its future (the columns after it, the terminals they scan, acceptance)
+depends on nothing else, so the two are interchangeable; this folds the repeated elements of a
+list (after the second one, each element's columns are the previous element's) and keeps the chart
+and everything cached per column from growing with the length of the output.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ class Chart:
         self.scan_terms: list[frozenset[int]] = []
         self.accepting: list[bool] = []
         self.memo: dict[tuple[int, int], int | None] = {}
+        self.by_content: dict[tuple[frozenset[Item], bool], int] = {}  # see _new_column
         self._new_column([(p, 0, 0) for p in self.by_lhs[cfg.start]])
 
     def _nullable(self) -> list[bool]:
@@ -44,10 +52,24 @@ class Chart:
         return len(self.waiting)
 
     def _new_column(self, seeds: list[Item]) -> int:
+        """The column closed from ``seeds``: an existing one with the same content, or a new one."""
         k = len(self.waiting)
+        waiting, accepting = self._closure(seeds, k)
+        key = (frozenset((p, d, -1 if o == k else o) for items in waiting.values() for p, d, o in items),
+               accepting)
+        got = self.by_content.get(key)
+        if got is not None:
+            return got
+        self.by_content[key] = k
+        self.waiting.append(waiting)
+        self.scan_terms.append(frozenset(s for s in waiting if s >= 0))
+        self.accepting.append(accepting)
+        return k
+
+    def _closure(self, seeds: list[Item], k: int) -> tuple[dict[int, list[Item]], bool]:
+        """Waiting items by symbol and the accepting flag of column ``k`` closed from ``seeds``."""
         seen: set[Item] = set()
         waiting: dict[int, list[Item]] = {}
-        self.waiting.append(waiting)
         stack = list(seeds)
         rhs_all, lhs_all, by_lhs, nullable = self.rhs, self.lhs, self.by_lhs, self.nullable
         start = self.cfg.start
@@ -76,9 +98,7 @@ class Chart:
                     stack.append((p2, 0, k))
                 if nullable[nt]:
                     stack.append((p, d + 1, o))
-        self.scan_terms.append(frozenset(s for s in waiting if s >= 0))
-        self.accepting.append(accepting)
-        return k
+        return waiting, accepting
 
     def advance(self, col: int, term: int) -> int | None:
         """The column after scanning ``term`` in ``col`` (None if ``term`` is not expected)."""
