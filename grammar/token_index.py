@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
+from radixlm.grammar.mask_pack import pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
+from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie, expand
 
@@ -78,46 +80,6 @@ def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
         par += byte
         np.take(flat, par, out=st[lo:hi])
     return st.astype(np.int32, copy=False)
-
-
-def pack_tokens(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
-    """int32 ``[words]`` bitmask with the given token ids (and their byte-duplicates) set."""
-    allowed = np.zeros(words * 32, dtype=bool)
-    allowed[tokens] = True
-    if trie.dup_token.size:
-        allowed[trie.dup_token] |= allowed[trie.dup_of]
-    return np.packbits(allowed, bitorder="little").view(np.int32)
-
-
-def pack_nodes(alive: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
-    """int32 ``[words]`` bitmask of the tokens whose trie node is set in ``alive`` (bool
-    ``[n_nodes]``; the root is ignored). One gather over the vocabulary, byte-duplicates included
-    (they share a node): cheaper than :func:`pack_tokens` when most of the trie is alive."""
-    node = trie.token_node
-    allowed = np.zeros(words * 32, dtype=bool)
-    hit = alive[np.maximum(node, 0)]
-    hit &= node > 0
-    allowed[: node.size] = hit
-    return np.packbits(allowed, bitorder="little").view(np.int32)
-
-
-def pack_pairs(src: np.ndarray, tokens: np.ndarray, trie: TokenTrie, rows: int, words: int) -> np.ndarray:
-    """int32 ``[rows, words]`` masks from *distinct* ``(row, token)`` pairs (byte-duplicates added;
-    a repeated pair would carry into the next bit)."""
-    if trie.dup_src.size and tokens.size:
-        hit = np.searchsorted(trie.dup_src, tokens)
-        lo = hit
-        hi = np.searchsorted(trie.dup_src, tokens, side="right")
-        cnt = hi - lo
-        if cnt.any():
-            extra_idx, owner = expand(lo, cnt)
-            src = np.concatenate([src, src[owner]])
-            tokens = np.concatenate([tokens, trie.dup_dst[extra_idx]])
-    tokens = tokens.astype(np.int64)
-    flat = src.astype(np.int64) * words + (tokens >> 5)
-    bits = np.left_shift(1, tokens & 31).astype(np.float64)
-    out = np.bincount(flat, weights=bits, minlength=rows * words)
-    return out.astype(np.uint32).view(np.int32).reshape(rows, words)
 
 
 @dataclass
@@ -177,7 +139,8 @@ class DfaIndex:
         self.cost = (live @ trie.byte_weight.astype(np.float64)).astype(np.int64)  # NOTE: BLAS, exact
         self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._runs: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
+        self._runs: tuple[np.ndarray, ...] = ()  # (ptr, dst, first byte) of each row's byte runs
+        self._shifts: ShiftClasses | None = None  # built on the first wide state off any cycle
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -190,7 +153,7 @@ class DfaIndex:
             src, col = np.nonzero(change)
             dst = trans[src, col]
             keep = dst != 0
-            self._runs = (np.searchsorted(src, np.arange(n + 1)), dst)  # run targets in byte order
+            self._runs = (np.searchsorted(src, np.arange(n + 1)), dst, col)  # runs in byte order
             pairs = np.unique(src[keep].astype(np.int64) * n + dst[keep])
             succ_ptr = np.searchsorted(pairs // n, np.arange(n + 1))
             rev = pairs[np.argsort(pairs % n, kind="stable")]
@@ -321,25 +284,26 @@ class DfaIndex:
                 finally:
                     self._busy.discard(s)
                 return delta_mask(self.trans, self.trie, self.words, s, g, base, pack_tokens)
+        shifts = self._shifts
+        if shifts is not None and self.accept is None:
+            t = shifts.match(s)
+            if t >= 0 and t in self.masks:
+                return self.masks[t]
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():
-            if self.cost2(s) < DENSE_NODES:
-                _, node, st = walk_from(self.trans, self.trie, np.zeros(1, np.int64), np.asarray([s]))
-                if self.accept is not None:
-                    self.bounds[s] = node[self.accept[st]]
-                tok = self.trie.node_token[node]
-                return pack_tokens(tok[tok >= 0], self.trie, self.words)
-            st = dense_walk(self.trans, self.trie, s)
-            if self.accept is not None:
-                b = np.nonzero(self.accept[st] & (st != 0))[0]
-                self.bounds[s] = b[b != 0]
-            return pack_nodes(st != 0, self.trie, self.words)
+            got = self._single(s)
+            if self.accept is None:
+                if shifts is None:
+                    ptr, dst, col = self._runs
+                    shifts = self._shifts = ShiftClasses(ptr, col, dst, self.trie.max_depth)
+                shifts.register(s)
+            return got
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)
         canon = {s: 0}
         order = [s]
-        run_ptr, run_dst = self._runs
+        run_ptr, run_dst, _ = self._runs
         k = 0
         while k < len(order):
             q = order[k]
@@ -374,6 +338,20 @@ class DfaIndex:
             self.bounds[s] = entry.accept_nodes
         pending.append((s, entry.internal, entry.exit_nodes, e))
         return None
+
+    def _single(self, s: int) -> np.ndarray:
+        """Mask of a wide state on no short cycle: one sparse or dense walk of the trie."""
+        if self.cost2(s) < DENSE_NODES:
+            _, node, st = walk_from(self.trans, self.trie, np.zeros(1, np.int64), np.asarray([s]))
+            if self.accept is not None:
+                self.bounds[s] = node[self.accept[st]]
+            tok = self.trie.node_token[node]
+            return pack_tokens(tok[tok >= 0], self.trie, self.words)
+        st = dense_walk(self.trans, self.trie, s)
+        if self.accept is not None:
+            b = np.nonzero(self.accept[st] & (st != 0))[0]
+            self.bounds[s] = b[b != 0]
+        return pack_nodes(st != 0, self.trie, self.words)
 
     def _region_entry(self, codes: np.ndarray, acc_bits: np.ndarray | None) -> RegionEntry:
         n = codes.shape[0]

@@ -1,0 +1,127 @@
+"""First-visit masks of DFA states (issue 12): states of counting chains (``maxLength`` strings)
+share masks through :mod:`radixlm.grammar.shift_classes`; every shared or computed mask must equal
+a brute-force reference (each token stepped through the DFA) and the plain walk."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from radixlm.grammar import shift_classes, token_index
+from radixlm.grammar.automaton import regex_to_dfa
+from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, shared_data, tokenizer_available
+from radixlm.grammar.token_index import DfaIndex, RegionCache
+from radixlm.grammar.trie import TokenTrie
+
+CHAIN = r'"([^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,%d}"'  # a JSON string of bounded length
+
+
+class _Never:
+    """A stand-in for ShiftClasses that never matches (the plain walk of every state)."""
+
+    def match(self, s: int) -> int:
+        return -1
+
+    def register(self, s: int) -> None:
+        pass
+
+
+def _vocab(seed: int = 0, n: int = 600) -> list[bytes]:
+    """Synthetic tokens: short and long runs of string bytes, escapes, quotes and UTF-8."""
+    rng = random.Random(seed)
+    atoms = [b"a", b"b", b" ", b"\"", b"\\", b"n", b"u", b"0", b"F", b",", b":", "é".encode(), "語".encode()]
+    out = {bytes([b]) for b in range(256)}
+    while len(out) < n:
+        k = rng.choice([1, 2, 3, 4, 6, 9, 17, 33])
+        out.add(b"".join(rng.choice(atoms) for _ in range(k)))
+    out.add(b" " * 40)
+    return sorted(out)
+
+
+def _brute(dfa, tokens: list[bytes | None], s: int, words: int) -> np.ndarray:
+    """Packed mask of the tokens (with bytes) that ``dfa`` can read from ``s``."""
+    allowed = np.zeros(words * 32, dtype=bool)
+    for t, b in enumerate(tokens):
+        allowed[t] = bool(b) and dfa.step(s, b) != 0
+    return np.packbits(allowed, bitorder="little").view(np.int32)
+
+
+def _chain_states(dfa, text: bytes) -> list[int]:
+    """The states along ``text`` from the start (the states a decode of ``text`` visits)."""
+    out, s = [], dfa.start
+    for b in text:
+        s = dfa.step(s, bytes([b]))
+        assert s, text
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("dense", [2_000, 10**9])
+def test_shared_masks_equal_brute_force_synthetic(monkeypatch, dense: int) -> None:
+    # NOTE: a small vocabulary makes every state narrow; the thresholds send them down the wide
+    # paths (sparse or dense single walks, where chains are shared) as a real vocabulary would.
+    monkeypatch.setattr(token_index, "WIDE_NODES", 1)
+    monkeypatch.setattr(token_index, "DENSE_NODES", dense)
+    dfa = regex_to_dfa(CHAIN % 150)
+    tokens = _vocab()
+    trie = TokenTrie(tokens)
+    words = (len(tokens) + 31) // 32
+    index = DfaIndex(dfa.trans, trie, words, RegionCache())
+    text = ('"' + 'ab é\\n\\u00e9語' * 12).encode()
+    states = _chain_states(dfa, text)
+    order = states[:]
+    random.Random(1).shuffle(order)
+    for s in order + list(range(1, dfa.n_states)):
+        assert np.array_equal(index.mask(s), _brute(dfa, tokens, s, words)), s
+    assert index._shifts is not None and index._shifts.window > 0
+    assert index._shifts.hits > 0  # the chain's copies did share masks
+
+
+@pytest.mark.parametrize("name", [DEFAULT_TOKENIZER, pytest.param("deepseek-llm", marks=pytest.mark.skipif(
+    not tokenizer_available("deepseek-llm"), reason=f"deepseek-llm not under {shared_data()}"))])
+def test_shared_masks_equal_plain_walk_real_vocab(name: str) -> None:
+    info = load_compiler(name).tokenizer_info
+    dfa = regex_to_dfa(CHAIN % 1500)
+    trie = info.walk_trie(dfa.trans)
+    fast = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
+    plain = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
+    plain._shifts = _Never()
+    text = ('"' + 'The quick brown fox, é\\"語\\u00e9 ' * 40).encode()
+    states = _chain_states(dfa, text)[::7]
+    for s in states:
+        assert np.array_equal(fast.mask(s), plain.mask(s)), s
+    assert fast._shifts.hits > 0
+    for s in random.Random(2).sample(range(1, dfa.n_states), 6):  # against the brute force
+        assert np.array_equal(fast.mask(s), _brute(dfa, info.token_bytes, s, info.mask_words)), s
+
+
+def test_row_keys_exact_under_hash_collisions(monkeypatch) -> None:
+    """Rows that collide in the hash still get distinct ids (checked exactly)."""
+    dfa = regex_to_dfa(CHAIN % 60)
+    index = DfaIndex(dfa.trans, TokenTrie(_vocab(n=300)), 10, RegionCache())
+    index._neighbours()
+    ptr, dst, col = index._runs
+    off = dst.astype(np.int64) - np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+    enc = np.where((dst != 0) & (np.abs(off) <= 20), off - 21, dst)
+    good = shift_classes.row_keys(ptr, col, enc)
+    monkeypatch.setattr(shift_classes, "_mix", lambda x: np.zeros(x.shape, np.uint64))
+    bad = shift_classes.row_keys(ptr, col, enc)
+    rows = [tuple(col[ptr[q] : ptr[q + 1]]) + tuple(enc[ptr[q] : ptr[q + 1]]) for q in range(ptr.size - 1)]
+    for keys in (good, bad):
+        for a in range(len(rows)):
+            for b in range(a + 1, len(rows)):
+                if keys[a] == keys[b]:
+                    assert rows[a] == rows[b]
+    assert len(set(good.tolist())) == len(set(rows))
+
+
+def test_no_chain_no_classes() -> None:
+    """A DFA without chains (or too small for a window) builds no classes and matches nothing."""
+    dfa = regex_to_dfa(r"[a-z]+( [a-z]+)*")
+    index = DfaIndex(dfa.trans, TokenTrie(_vocab(n=300)), 10, RegionCache())
+    index._neighbours()
+    ptr, dst, col = index._runs
+    sc = shift_classes.ShiftClasses(ptr, col, dst, 40)
+    assert sc.window == 0 and sc.match(1) == -1
