@@ -27,7 +27,8 @@ ANY: Node = ("rep", ("set", ((0, MAX_CP),)), 0, None)
 
 class _NFA:
     def __init__(self) -> None:
-        self.eps: list[list[int]] = []
+        self.eps: list[list[int] | tuple[int, ...]] = []
+        # NOTE: a block state's (see ``blocks``) edge targets are local to its block
         self.edges: list[list[tuple[int, int, int]]] = []
         self.shared: dict[object, tuple[int, int]] = {}
         self.gates: list[int] = []  # states whose epsilon edges enter a cold branch
@@ -91,17 +92,23 @@ class _NFA:
         raise AssertionError(kind)
 
     def _embed(self, dfa: "ByteDFA") -> tuple[int, int]:
-        """An NFA fragment copying ``dfa`` (byte runs with one target become one edge)."""
+        """An NFA fragment copying ``dfa``: a block of ``dfa.n_states`` states whose edge lists
+        are the DFA's own byte runs (shared, targets local to the block: the determinizer adds
+        the block's base, see :mod:`radixlm.grammar.determinize`); accepting states have an
+        epsilon edge to the fragment's end."""
+        n = dfa.n_states
         base = len(self.eps)
-        for _ in range(dfa.n_states):
-            self.new()
+        if base + n >= MAX_NFA_STATES:
+            raise GrammarError("grammar too large: over %d automaton states" % MAX_NFA_STATES)
+        check_budget("building an automaton", n)
+        # NOTE: one slice assignment per block, not a Python loop per state; block states are
+        # never appended to (only a fragment's own start and end are), so they share ``()``.
+        self.eps.extend([()] * n)
+        self.edges.extend(dfa.runs())
         self.blocks.append((base, dfa))
         end = self.new()
-        for s, runs in enumerate(dfa.runs()):
-            if runs:
-                self.edges[base + s] = [(lo, hi, base + t) for lo, hi, t in runs]
         for s in np.nonzero(dfa.accept)[0].tolist():
-            self.eps[base + s].append(end)
+            self.eps[base + s] = (end,)
         start = self.new()
         if dfa.start:
             self.eps[start].append(base + dfa.start)

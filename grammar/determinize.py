@@ -23,9 +23,10 @@ from radixlm.grammar.trie import expand
 MAX_DFA_STATES = 100_000
 
 
-def determinize(nfa, start: int, final: int) -> ByteDFA:
+def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
     """The trimmed DFA of ``nfa`` from ``start`` to ``final`` (see the module docstring);
-    ``hot`` marks DFA states holding an NFA state reachable without entering a cold branch."""
+    ``hot`` marks DFA states holding an NFA state reachable without entering a cold branch.
+    ``bulk=False``: embedded DFAs through the general construction too (for tests)."""
     n = len(nfa.eps)
     closure: list[frozenset[int] | None] = [None] * n
     eps, nedges = nfa.eps, nfa.edges
@@ -53,16 +54,18 @@ def determinize(nfa, start: int, final: int) -> ByteDFA:
         return got
 
     row_cache: list[list[tuple[int, int, frozenset[int]]] | None] = [None] * n
+    offset = _block_offsets(nfa)
 
     def row_of(i: int) -> list[tuple[int, int, frozenset[int]]]:
         """The byte ranges of NFA state ``i`` as disjoint ranges, each with its target set."""
         got = row_cache[i]
         if got is None:
-            got = row_cache[i] = _disjoint([(lo, hi, close(t)) for lo, hi, t in nedges[i]])
+            off = offset[i]
+            got = row_cache[i] = _disjoint([(lo, hi, close(off + t)) for lo, hi, t in nedges[i]])
         return got
 
     hot_nfa = _hot_states(nfa, start) if nfa.gates or any(d.hot is not None for _, d in nfa.blocks) else None
-    blocks = nfa.blocks
+    blocks = nfa.blocks if bulk else []
     bases = [b[0] for b in blocks]
     # NOTE: per NFA state: the DFA id of its closure, for block states (0: not assigned yet)
     single_id = np.zeros(n + 1, dtype=np.int32) if blocks else None
@@ -156,12 +159,11 @@ def determinize(nfa, start: int, final: int) -> ByteDFA:
     hot = None
     if hot_nfa is not None:
         hot = np.zeros(n_ids, dtype=bool)
+        hot_list = hot_nfa.tolist()
         for d, key in queue:
-            hot[d] = any(hot_nfa[i] for i in key)
-        if bulk:
-            hot_arr = np.asarray(hot_nfa, dtype=bool)
-            for src, _, states in bulk:
-                hot[src] = hot_arr[states]
+            hot[d] = any(hot_list[i] for i in key)
+        for src, _, states in bulk:
+            hot[src] = hot_nfa[states]
     # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
     # every DFA state (a non-empty set of them) is live: nothing to trim.
     return trim(trans, accept, hot, check=nfa.dead_ends)
@@ -209,28 +211,50 @@ def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, i
     return out
 
 
-def _hot_states(nfa, start: int) -> list[bool]:
-    """NFA states reachable from ``start`` without entering a cold branch (a gate's edges, or a
-    state an embedded DFA marks cold)."""
-    gate = [False] * len(nfa.eps)
+def _block_offsets(nfa) -> list[int]:
+    """Per NFA state, what to add to its edge targets: its block's base for the states of an
+    embedded DFA (whose edge lists are the DFA's own runs), else 0."""
+    offset = [0] * len(nfa.eps)
+    for base, dfa in nfa.blocks:
+        offset[base : base + dfa.n_states] = [base] * dfa.n_states
+    return offset
+
+
+def _hot_states(nfa, start: int) -> np.ndarray:
+    """bool ``[n NFA states]``: reachable from ``start`` without entering a cold branch (a gate's
+    edges, or a state an embedded DFA marks cold). An embedded DFA is entered only at its start
+    state, and its hot states are those its own start reaches through hot ones: the block's hot
+    states are marked at once, and the walk goes on from the block's end."""
+    n = len(nfa.eps)
+    gate = [False] * n
     for g in nfa.gates:
         gate[g] = True
-    cold = [False] * len(nfa.eps)  # NOTE: an embedded DFA's own cold states stay cold
-    for base, dfa in nfa.blocks:
-        if dfa.hot is not None:
-            for s in np.nonzero(~dfa.hot)[0].tolist():
-                cold[base + s] = True
-    hot = [False] * len(nfa.eps)
-    hot[start] = True
+    entry: dict[int, tuple[int, "ByteDFA"]] = {base + dfa.start: (base, dfa) for base, dfa in nfa.blocks}
+    hot = np.zeros(n, dtype=bool)
+    seen = [False] * n
+    seen[start] = True
     stack = [start]
+    eps, edges = nfa.eps, nfa.edges
     while stack:
         x = stack.pop()
+        block = entry.get(x)
+        if block is not None and block[1].hot is not None and not block[1].hot[block[1].start]:
+            continue  # NOTE: a block that is cold from its start stays cold
+        hot[x] = True
         if gate[x]:
             continue
-        nxt = list(nfa.eps[x])
-        nxt.extend(t for _, _, t in nfa.edges[x])
+        nxt = list(eps[x])
+        if block is not None:
+            base, dfa = block
+            inner = np.nonzero(dfa.hot)[0] if dfa.hot is not None else np.arange(1, dfa.n_states)
+            hot[base + inner] = True
+            ends = inner[dfa.accept[inner]]
+            if ends.size:  # NOTE: every accepting state leads to the same fragment end
+                nxt.extend(eps[base + int(ends[0])])
+        else:
+            nxt.extend(t for _, _, t in edges[x])
         for y in nxt:
-            if not hot[y] and not cold[y]:
-                hot[y] = True
+            if not seen[y]:
+                seen[y] = True
                 stack.append(y)
     return hot

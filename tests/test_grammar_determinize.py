@@ -34,8 +34,7 @@ ASTS = {
 def _general(node: tuple) -> automaton.ByteDFA:
     nfa = automaton._NFA()
     s, e = nfa.build(node)
-    nfa.blocks = []  # NOTE: every state through the general construction
-    return automaton._determinize(nfa, s, e)
+    return automaton._determinize(nfa, s, e, bulk=False)  # NOTE: every state the general way
 
 
 def _bulk(node: tuple) -> automaton.ByteDFA:
