@@ -2,7 +2,8 @@
 
 Every maximal ``ref``-free piece of a rule becomes one terminal (a byte DFA), so the parser only
 sees the recursive structure; terminals never match the empty string (a nullable piece becomes an
-optional nonterminal instead), which keeps the chart finite.
+optional nonterminal instead), which keeps the chart finite. Pieces with the same DFA (a schema's
+many string-valued properties) share one terminal, so the engine walks and caches each once.
 """
 
 from __future__ import annotations
@@ -47,15 +48,28 @@ class CFG:
     prods: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     start: int = 0
     ignore: list[int] = field(default_factory=list)
+    _by_shape: dict[tuple, list[int]] = field(default_factory=dict, repr=False)  # see terminal()
 
     def nt(self, name: str) -> int:
         self.nt_names.append(name)
         return len(self.nt_names) - 1
 
-    def terminal(self, dfa: ByteDFA) -> int:
+    def terminal(self, dfa: ByteDFA, share: bool = True) -> int:
+        """The terminal id of ``dfa``: an earlier terminal with an identical DFA when ``share``.
+
+        NOTE: two symbols with the same language are interchangeable in a CFG, so sharing changes
+        no parse; ``%ignore`` terminals are never shared (the engine treats them apart)."""
+        shape = (dfa.trans.shape[0], dfa.start, dfa.accept.tobytes())
+        if share:
+            for t in self._by_shape.get(shape, ()):
+                other = self.terminals[t]
+                if other is dfa or np.array_equal(other.trans, dfa.trans):
+                    return t
         if len(self.terminals) >= MAX_TERMINALS:
             raise GrammarError("grammar too large: over %d terminals" % MAX_TERMINALS)
         self.terminals.append(dfa)
+        if share:
+            self._by_shape.setdefault(shape, []).append(len(self.terminals) - 1)
         return len(self.terminals) - 1
 
 
@@ -82,7 +96,7 @@ class Lowering:
         for node in ignore:
             dfa = non_nullable(dfa_from_ast(node))
             if dfa is not None:
-                self.cfg.ignore.append(self.cfg.terminal(dfa))
+                self.cfg.ignore.append(self.cfg.terminal(dfa, share=False))
         return self.cfg
 
     def _named(self, name: str) -> int:
