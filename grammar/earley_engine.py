@@ -24,6 +24,31 @@ from radixlm.grammar.tokenizer_info import TokenizerInfo
 Thread = tuple[int, int, int]
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
 CROSSING_CACHE = 100_000  # cached crossing walks (per thread, per terminal path)
+STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
+STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
+
+
+class _Stacked:
+    """The small terminals' DFAs stacked into one table (``trans`` int32 ``[n, 256]``, ``accept``
+    bool ``[n]``; state 0 dead), so walks in many terminals go through the trie together: local
+    state ``q >= 1`` of terminal ``t`` is ``q + offset[t]`` (``offset[t] == -1``: not stacked)."""
+
+    def __init__(self, terms: list) -> None:
+        self.offset = [-1] * len(terms)
+        total = 1
+        for i, term in enumerate(terms):
+            n = term.trans.shape[0]
+            if n <= STACK_TERMINAL_STATES and total + n - 1 <= STACK_STATES:
+                self.offset[i] = total - 1
+                total += n - 1
+        self.trans = np.zeros((total, 256), dtype=np.int32)
+        self.accept = np.zeros(total, dtype=bool)
+        for term, off in zip(terms, self.offset):
+            if off >= 0:
+                n = term.trans.shape[0]
+                local = term.trans[1:]
+                self.trans[1 + off : n + off] = np.where(local != 0, local + off, 0)
+                self.accept[1 + off : n + off] = term.accept[1:]
 
 
 class EarleyState:
@@ -57,8 +82,9 @@ class EarleyEngine:
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
-        self._crossing: dict[Thread, np.ndarray] = {}  # thread -> token ids crossing its end
-        self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _below
+        self.stacked = _Stacked(self.terms)
+        self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
+        self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
         budget = EAGER_TERMINAL_STATES  # NOTE: terminal masks at compile time, not on first visit
         for idx in self.index:
             n = idx.trans.shape[0]
@@ -126,63 +152,122 @@ class EarleyEngine:
     def mask(self, state: EarleyState) -> np.ndarray:
         """Packed int32 ``[words]`` mask of ``state`` (stop tokens excluded): per thread, the
         tokens staying inside its terminal (the terminal DFA's cached mask) and the tokens
-        crossing its end into the threads it spawns (cached per thread)."""
+        crossing its end into the threads it spawns (cached per thread, see :meth:`_crossings`)."""
         out = np.zeros(self.words, dtype=np.int32)
-        crossing: list[np.ndarray] = []
-        for th in state.threads:
-            col, t, q = th
+        for _, t, q in state.threads:
             out |= self.index[t].mask(q)
-            got = self._crossing.get(th)
-            if got is None:
-                got = self._crossing_nodes(col, t, q)
-                if len(self._crossing) > CROSSING_CACHE:
-                    self._crossing.clear()
-                self._crossing[th] = got
-            if got.size:
-                crossing.append(got)
+        crossing = self._crossings(state.threads)
         if crossing:
             out |= pack_tokens(np.concatenate(crossing), self.trie, self.words)
         return out
 
-    def _crossing_nodes(self, col: int, t: int, q: int) -> np.ndarray:
-        """Token ids that end past the end of terminal ``t`` (from state ``q``, started at ``col``)."""
-        nodes = self.index[t].boundary(q)
-        found: list[np.ndarray] = []
-        if nodes.size:
-            more, _ = self.spawn(col, t)
-            if more:
-                self._below(more, (t, q), nodes, found, 0)
-        return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
-
-    def _below(self, threads: frozenset[Thread], path: tuple, nodes: np.ndarray, out: list[np.ndarray],
-               depth: int) -> None:
-        """Append the tokens strictly below ``nodes`` under ``threads``.
-
-        NOTE: the walk below ``nodes`` depends only on the terminal path that produced them
-        (``path``: the first thread's ``(terminal, state)``, then each spawned ``(terminal,
-        state)``), never on Earley columns; columns only decide which threads are spawned. So walks
-        are cached per path and shared by every column, state and request of the grammar.
-        """
-        if depth > self.trie.max_depth:
-            return
+    def _crossings(self, threads: frozenset[Thread]) -> list[np.ndarray]:
+        """Token ids (int64, maybe repeated) crossing the end of each of ``threads``' terminals,
+        those not cached computed together (:meth:`_walk_crossings`)."""
+        got: list[np.ndarray] = []
+        todo: dict[tuple, tuple[int, int, frozenset[Thread]]] = {}
         for col, t, q in threads:
-            key = path + (t, q)
-            got = self._paths.get(key)
-            if got is None:
+            if not self.index[t].boundary(q).size:
+                continue
+            more, _ = self.spawn(col, t)
+            if not more:
+                continue
+            key = (t, q, more)  # NOTE: the crossing depends on the column only through ``more``
+            hit = self._crossing.get(key)
+            if hit is None:
+                todo[key] = (t, q, more)
+            elif hit.size:
+                got.append(hit)
+        if todo:
+            new = self._walk_crossings(todo)
+            if len(self._crossing) + len(new) > CROSSING_CACHE:
+                self._crossing.clear()
+            self._crossing.update(new)
+            got.extend(v for v in new.values() if v.size)
+        return got
+
+    def _walk_crossings(self, roots: dict[tuple, tuple[int, int, frozenset[Thread]]]) -> dict[tuple, np.ndarray]:
+        """Crossing tokens of each root ``(t, q, spawned threads)``, one trie level of the spawn
+        tree at a time: every walk of a level not cached yet is done in one batch.
+
+        NOTE: the walk below a boundary depends only on the terminal path that produced it (the
+        root's ``(terminal, state)``, then each spawned ``(terminal, start state)``), never on
+        Earley columns; columns only decide which threads are spawned. So walks are cached per
+        path and shared by every column, state and request of the grammar.
+        """
+        found: dict[tuple, list[np.ndarray]] = {key: [] for key in roots}
+        frontier = [(key, (t, q), self.index[t].boundary(q), more) for key, (t, q, more) in roots.items()]
+        depth = 0
+        while frontier and depth <= self.trie.max_depth:
+            walks = self._paths_for(frontier)
+            nxt = []
+            for key, path, _, threads in frontier:
+                for col, t, q in threads:
+                    sub = path + (t, q)
+                    tokens, ends = walks[sub]
+                    if tokens.size:
+                        found[key].append(tokens)
+                    if ends.size:
+                        more, _ = self.spawn(col, t)
+                        if more:
+                            nxt.append((key, sub, ends, more))
+            frontier = nxt
+            depth += 1
+        return {key: np.concatenate(parts) if parts else np.zeros(0, np.int64) for key, parts in found.items()}
+
+    def _paths_for(self, frontier: list) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+        """``(tokens, end nodes)`` of every walk one level below ``frontier`` (entries ``(root,
+        path, nodes, threads)``), from the path cache or walked now."""
+        out: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        need: dict[tuple, tuple[np.ndarray, int, int]] = {}
+        for _, path, nodes, threads in frontier:
+            for _, t, q in threads:
+                sub = path + (t, q)
+                if sub in out or sub in need:
+                    continue
+                hit = self._paths.get(sub)
+                if hit is None:
+                    need[sub] = (nodes, t, q)
+                else:
+                    out[sub] = hit
+        if need:
+            new = self._walk_paths(need)
+            if len(self._paths) + len(new) > CROSSING_CACHE:
+                self._paths.clear()
+            self._paths.update(new)
+            out.update(new)
+        return out
+
+    def _walk_paths(self, need: dict[tuple, tuple[np.ndarray, int, int]]) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+        """Walk below ``nodes`` in terminal ``t`` from state ``q`` for each ``need`` entry: the tokens
+        (int64) met and the nodes (sorted, unique) where ``t`` accepts. Walks in terminals of the
+        stacked table go in one batch."""
+        out: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        batch = []
+        for sub, (nodes, t, q) in need.items():
+            off = self.stacked.offset[t]
+            if off < 0:
                 term = self.terms[t]
                 _, found, states = walk_from(term.trans, self.trie, nodes, np.full(nodes.size, q))
-                tok = self.trie.node_token[found]
-                got = (np.unique(tok[tok >= 0]), np.unique(found[term.accept[states]]))
-                if len(self._paths) > CROSSING_CACHE:
-                    self._paths.clear()
-                self._paths[key] = got
-            tokens, ends = got
-            if tokens.size:
-                out.append(tokens)
-            if ends.size:
-                more, _ = self.spawn(col, t)
-                if more:
-                    self._below(more, key, ends, out, depth + 1)
+                out[sub] = self._walk_result(found, term.accept[states])
+            else:
+                batch.append((sub, nodes, q + off))
+        if batch:
+            nodes = np.concatenate([b[1] for b in batch])
+            states = np.repeat(np.asarray([b[2] for b in batch], dtype=np.int64), [b[1].size for b in batch])
+            owner = np.repeat(np.arange(len(batch)), [b[1].size for b in batch])
+            src, found, st = walk_from(self.stacked.trans, self.trie, nodes, states, owner)
+            order = np.argsort(src, kind="stable")
+            found, acc = found[order], self.stacked.accept[st[order]]
+            cuts = np.searchsorted(src[order], np.arange(len(batch) + 1)).tolist()
+            for i, (sub, _, _) in enumerate(batch):
+                out[sub] = self._walk_result(found[cuts[i] : cuts[i + 1]], acc[cuts[i] : cuts[i + 1]])
+        return out
+
+    def _walk_result(self, found: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""
+        tok = self.trie.node_token[found]
+        return tok[tok >= 0].astype(np.int64), np.unique(found[accept])
 
     def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
         out = bytearray()
