@@ -21,11 +21,12 @@ def pack_nodes(alive: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     """int32 ``[words]`` bitmask of the tokens whose trie node is set in ``alive`` (bool
     ``[n_nodes]``; the root is ignored). One gather over the vocabulary, byte-duplicates included
     (they share a node): cheaper than :func:`pack_tokens` when most of the trie is alive."""
-    node = trie.token_node
+    node = trie.node_of_tokens()
     allowed = np.zeros(words * 32, dtype=bool)
-    hit = alive[np.maximum(node, 0)]
-    hit &= node > 0
-    allowed[: node.size] = hit
+    root = bool(alive[0])
+    alive[0] = False  # NOTE: tokens without a node gather the root (restored below)
+    np.take(alive, node, out=allowed[: node.size])
+    alive[0] = root
     return np.packbits(allowed, bitorder="little").view(np.int32)
 
 

@@ -9,14 +9,14 @@ walked the whole trie (~1 ms, hundreds of slow steps on long strings).
 Exact criterion. Encode each live transition ``q -b-> r`` as *relative* (``r - q`` when ``-back
 <= r - q <= fwd``) or *absolute* (``r``; dead: 0), and give every state the id of its encoded row
 (:attr:`ShiftClasses.keys`). Let ``low[q]`` be the smallest state reachable from ``q`` by at most
-``depth - 1`` relative moves and ``below >= q - low[q]`` for all ``q``. If ``keys[s + i] ==
-keys[t + i]`` for every ``-below <= i <= fwd * (depth - 1)``, then ``s`` and ``t`` admit the same
-byte strings of up to ``depth`` bytes: walk both in lockstep; a pair ``(a, a + c)`` (``c = t - s``)
+``depth - 1`` relative moves. If ``s - low[s] == t - low[t]`` and ``keys[s + i] == keys[t + i]``
+for every ``low[s] - s <= i <= fwd * (depth - 1)``, then ``s`` and ``t`` admit the same byte
+strings of up to ``depth`` bytes: walk both in lockstep; a pair ``(a, a + c)`` (``c = t - s``)
 reached by ``k < depth`` relative moves lies in that window, and equal keys send it on a byte to a
 dead pair, an *equal* pair (absolute move: both sides agree from there on) or ``(a', a' + c)``
-again. Hence the tokens (at most ``depth`` bytes) admitted from
-``s`` and ``t`` are the same: equal masks. Windows are found by a rolling hash and then compared
-exactly, so a hash collision never shares a mask.
+again. Hence the tokens (at most ``depth`` bytes) admitted from ``s`` and ``t`` are the same: equal
+masks. Windows are found by a rolling hash and then compared exactly, so a hash collision never
+shares a mask.
 """
 
 from __future__ import annotations
@@ -69,22 +69,21 @@ def row_keys(ptr: np.ndarray, col: np.ndarray, enc: np.ndarray) -> np.ndarray:
     return np.where(bad, first.size + np.arange(n), ids).astype(np.int64)
 
 
-def reach_below(src: np.ndarray, dst: np.ndarray, n: int, rounds: int) -> int:
-    """``max(q - low[q])`` where ``low[q]``: the smallest state reachable from ``q`` along at most
-    ``rounds`` of the edges ``src -> dst`` (sorted by ``src``); one gather per round, stops early
-    once stable (then it is the minimum over any number of moves, a valid bound)."""
+def reach_low(src: np.ndarray, dst: np.ndarray, n: int, rounds: int) -> np.ndarray:
+    """int64 ``[n]``: the smallest state reachable from each state along at most ``rounds`` of
+    the edges ``src -> dst`` (sorted by ``src``); one gather per round, stops early once stable
+    (then it is the minimum over any number of moves, the same value)."""
     low = np.arange(n, dtype=np.int64)
     if src.size == 0:
-        return 0
+        return low
     starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]])
     heads = src[starts]
     for _ in range(rounds):
-        got = np.minimum.reduceat(low[dst], starts)
-        new = np.minimum(low[heads], got)
+        new = np.minimum(low[heads], np.minimum.reduceat(low[dst], starts))
         if np.array_equal(new, low[heads]):
             break
         low[heads] = new
-    return int((np.arange(n) - low).max())
+    return low
 
 
 class ShiftClasses:
@@ -97,8 +96,8 @@ class ShiftClasses:
         """``ptr``, ``col``, ``dst``: the DFA's rows as byte runs (state ``q``'s runs
         ``ptr[q]:ptr[q+1]`` start at bytes ``col`` and go to states ``dst``, 0 dead)."""
         n = ptr.size - 1
-        self.window = 0
-        self.known: dict[int, int] = {}  # window hash -> a state with a known mask
+        self.ahead = 0  # 0: no classes (nothing ever matches)
+        self.known: dict[tuple[int, int], int] = {}  # (hash, s - low[s]) -> a state with a mask
         self.hits = 0
         src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
         off = dst.astype(np.int64) - src
@@ -112,37 +111,37 @@ class ShiftClasses:
         if fwd == 0 or ahead + 1 >= n:
             return  # NOTE: no window fits in the DFA: nothing can match
         rel = (e_off >= -back) & (e_off <= fwd)
-        below = reach_below(e_src[rel], e_dst[rel], n, depth - 1)
-        window = below + ahead + 1
-        if window >= n:
-            return
+        self.low = reach_low(e_src[rel], e_dst[rel], n, depth - 1)
         rel = (dst != 0) & (off >= -back) & (off <= fwd)
         enc = np.where(rel, off - (fwd + 1), dst)
-        # NOTE: distinct negative sentinels on both sides: a window running off either end of the
-        # states matches no other window. State q's window is keys[q : q + window].
-        sentinels = -1 - np.arange(below + ahead, dtype=np.int64)
-        keys = np.concatenate([sentinels[:below], row_keys(ptr, col, enc), sentinels[below:]])
+        # NOTE: distinct negative sentinels past the last state: a window running off the end
+        # matches no other window. State q's window is keys[low[q] : q + ahead + 1].
+        keys = np.concatenate([row_keys(ptr, col, enc), -1 - np.arange(ahead, dtype=np.int64)])
         rnd = np.random.default_rng(0).integers(1, 2**63, size=keys.size, dtype=np.uint64)
         vals = rnd[np.where(keys >= 0, keys, keys.size + keys)]
         powers = np.cumprod(np.full(keys.size, _P, dtype=np.uint64))  # P^(i+1), wrapping
         inv = np.cumprod(np.full(n, pow(_P, -1, 1 << 64), dtype=np.uint64))
         prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(vals * powers, dtype=np.uint64)])
-        self.hash = (prefix[window : window + n] - prefix[:n]) * inv  # same for equal windows
+        end = np.arange(n) + ahead + 1
+        self.hash = (prefix[end] - prefix[self.low]) * inv[self.low]  # equal for equal windows
         self.keys = keys
-        self.window = window
+        self.ahead = ahead
+
+    def _key(self, s: int) -> tuple[int, int]:
+        return int(self.hash[s]), s - int(self.low[s])
 
     def match(self, s: int) -> int:
-        if not self.window:
+        if not self.ahead:
             return -1
-        t = self.known.get(int(self.hash[s]), -1)
+        t = self.known.get(self._key(s), -1)
         if t < 0 or t == s:
             return t
-        w = self.window
-        if not np.array_equal(self.keys[s : s + w], self.keys[t : t + w]):
+        lo_s, lo_t, a = int(self.low[s]), int(self.low[t]), self.ahead
+        if not np.array_equal(self.keys[lo_s : s + a + 1], self.keys[lo_t : t + a + 1]):
             return -1
         self.hits += 1
         return t
 
     def register(self, s: int) -> None:
-        if self.window:
-            self.known.setdefault(int(self.hash[s]), s)
+        if self.ahead:
+            self.known.setdefault(self._key(s), s)

@@ -32,6 +32,7 @@ REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) sta
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
 DENSE_STOP_CHECK = 2048  # the dense walk tests a level for live parents only below this many nodes
+TAIL_NODES = 24  # depths with fewer nodes than this (all deeper too) are walked node by node
 
 
 def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray,
@@ -66,20 +67,41 @@ def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
     """DFA state (0: dead) after every trie node's bytes, from ``start``: int32 ``[n_nodes]``.
 
     One gather per trie depth (``trans[parent state, byte]``), in place; stops at the first depth
-    with no live parent among few nodes (state 0 is absorbing, so large dead levels stay 0)."""
+    with no live parent among few nodes (state 0 is absorbing, so large dead levels stay 0). The
+    deep, thin depths (fewer than ``TAIL_NODES`` nodes each) go node by node in Python instead.
+    """
     flat = trans.reshape(-1)
     wide = trans.shape[0] >= 1 << 23  # NOTE: state * 256 + byte must fit int32
     flat = flat.astype(np.int64 if wide else np.int32, copy=False)
     st = np.zeros(trie.n_nodes, dtype=flat.dtype)
     st[0] = start
+    tail_lo = trie.tail(TAIL_NODES)[0]
     for lo, hi, parent, byte in trie.levels():
+        if lo >= tail_lo:
+            _tail_walk(flat, trie, st)
+            break
         par = st[parent]
         if hi - lo < DENSE_STOP_CHECK and not par.any():
             break
         par <<= 8
         par += byte
-        np.take(flat, par, out=st[lo:hi])
+        flat.take(par, out=st[lo:hi])
     return st.astype(np.int32, copy=False)
+
+
+def _tail_walk(flat: np.ndarray, trie: TokenTrie, st: np.ndarray) -> None:
+    """Fill ``st`` for the trie's tail (:meth:`TokenTrie.tail`) node by node: a few hundred
+    nodes over ~100 depths, where one numpy call per depth would cost more (NOTE: measured)."""
+    lo, parents, bytes_ = trie.tail(TAIL_NODES)
+    first = parents[0]
+    vals = st[first:lo].tolist()
+    if not any(vals):
+        return
+    rows = memoryview(flat)
+    for p, b in zip(parents, bytes_):
+        q = vals[p - first]
+        vals.append(rows[(q << 8) | b] if q else 0)
+    st[lo:] = vals[lo - first :]
 
 
 @dataclass

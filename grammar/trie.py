@@ -151,6 +151,32 @@ class TokenTrie:
                 for d in range(1, len(ds) - 1) if ds[d + 1] > ds[d]]
         return got
 
+    def node_of_tokens(self) -> np.ndarray:
+        """intp ``[tokenizer_size]``: :attr:`token_node` with the root (0) for tokens without a
+        node, for gathers over the vocabulary (built once)."""
+        got = getattr(self, "_node_of_tokens", None)
+        if got is None:
+            got = self._node_of_tokens = np.maximum(self.token_node, 0).astype(np.intp)
+        return got
+
+    def tail(self, max_nodes: int) -> tuple[int, list[int], list[int]]:
+        """The deep, thin part of the trie for per-node walks: ``(lo, parent, byte)`` with ``lo``
+        the first node of the first depth from which every depth has fewer than ``max_nodes``
+        nodes (``n_nodes``: none), and the parents and last bytes of the nodes from ``lo`` on as
+        Python lists (built once per ``max_nodes``)."""
+        got = getattr(self, "_tails", None)
+        if got is None:
+            got = self._tails = {}
+        out = got.get(max_nodes)
+        if out is None:
+            sizes = np.diff(self.depth_start)
+            d = len(sizes)
+            while d > 1 and sizes[d - 1] < max_nodes:
+                d -= 1
+            lo = int(self.depth_start[d]) if d < len(sizes) else self.n_nodes
+            out = got[max_nodes] = (lo, self.parent[lo:].tolist(), self.node_byte[lo:].tolist())
+        return out
+
     def children(self, node: int) -> range:
         lo = int(self.child_lo[node])
         return range(lo, lo + int(self.child_cnt[node]))

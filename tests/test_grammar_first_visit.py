@@ -75,7 +75,7 @@ def test_shared_masks_equal_brute_force_synthetic(monkeypatch, dense: int) -> No
     random.Random(1).shuffle(order)
     for s in order + list(range(1, dfa.n_states)):
         assert np.array_equal(index.mask(s), _brute(dfa, tokens, s, words)), s
-    assert index._shifts is not None and index._shifts.window > 0
+    assert index._shifts is not None and index._shifts.ahead > 0
     assert index._shifts.hits > 0  # the chain's copies did share masks
 
 
@@ -124,4 +124,4 @@ def test_no_chain_no_classes() -> None:
     index._neighbours()
     ptr, dst, col = index._runs
     sc = shift_classes.ShiftClasses(ptr, col, dst, 40)
-    assert sc.window == 0 and sc.match(1) == -1
+    assert sc.ahead == 0 and sc.match(1) == -1
