@@ -18,11 +18,13 @@ from radixlm.grammar.ast import Node
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.token_index import DfaIndex, RegionCache, pack_tokens, walk_from
+from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 Thread = tuple[int, int, int]
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
+EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _eager_masks)
+EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested for narrowness
 CROSSING_CACHE = 100_000  # cached crossing walks (per thread, per terminal path)
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
@@ -85,18 +87,44 @@ class EarleyEngine:
         self.stacked = _Stacked(self.terms)
         self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
         self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
-        budget = EAGER_TERMINAL_STATES  # NOTE: terminal masks at compile time, not on first visit
-        for idx in self.index:
-            n = idx.trans.shape[0]
-            if n - 1 <= budget:
-                try:
-                    idx.compute(list(range(1, n)))
-                except GrammarError:  # NOTE: compile budget spent: the rest on first visit
-                    break
-                budget -= n - 1
+        self._eager_masks()
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:
             raise GrammarError("the grammar accepts no string")
+
+    def _eager_masks(self) -> None:
+        """Terminal state masks at compile time, not on first visit: every state of the terminals
+        that fit EAGER_TERMINAL_STATES, then the narrow states of the larger ones (up to
+        EAGER_NARROW_STATES).
+
+        NOTE: a narrow state (few trie nodes live below it) costs ~5 us in a batch of thousands
+        but ~100 us alone, and a large terminal (an object with many properties) has thousands.
+        Wide states (string bodies) stay on first visit: they cost the same either way.
+        """
+        budget, narrow = EAGER_TERMINAL_STATES, EAGER_NARROW_STATES
+        try:
+            for idx in self.index:
+                n = idx.trans.shape[0]
+                if n - 1 <= budget:
+                    idx.compute(list(range(1, n)))
+                    budget -= n - 1
+            for idx in self.index:
+                if narrow and idx.trans.shape[0] - 1 > len(idx.masks):
+                    todo = self._narrow_states(idx)[:narrow]
+                    idx.compute(todo)
+                    narrow -= len(todo)
+        except GrammarError:  # NOTE: compile budget spent: the rest on first visit
+            pass
+
+    @staticmethod
+    def _narrow_states(idx: DfaIndex) -> list[int]:
+        """States of ``idx`` that its sparse walk serves: few trie nodes below their first byte, or
+        below their first two bytes when they have few live bytes (NOTE: testing the two-byte
+        count of every state costs more than the masks; wide states have many live bytes)."""
+        states = np.arange(1, idx.trans.shape[0])
+        cheap = idx.cost[1:] < WIDE_NODES
+        few = states[~cheap & (idx.n_live[1:] <= EAGER_MID_LIVE)].tolist()
+        return states[cheap].tolist() + [s for s in few if idx.cost2(s) < WIDE_NODES]
 
     @classmethod
     def from_rules(cls, root: Node, rules: dict[str, Node], info: TokenizerInfo, regions: RegionCache,
