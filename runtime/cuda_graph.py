@@ -8,6 +8,13 @@ read and write only slot 0. Batches larger than ``cuda_graph_max_bs`` run eagerl
 With cascade attention (``runtime/cascade.py``) a second set of graphs, from
 :data:`CASCADE_MIN_BS` rows up on a coarser grid, runs decode attention with a shared-prefix plan
 read from a per-graph device buffer.
+
+The plain graphs also replay small EXTEND batches one row per token ("flat decode"), where a row
+reads keys that other rows of the same launch store, so they keep rotary + KV store as a launch
+before attention. True decode steps (one row per request) up to :data:`FUSED_DECODE_MAX_BS` rows
+replay a third set in which decode attention applies rotary and stores the new key and value
+itself (``AttentionBackend.decode_rotary_in_attention``): one launch per layer fewer where launches
+dominate a step.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ def capture_batch_sizes(max_bs: int) -> list[int]:
 
 # Smallest batch with cascade graphs: below it KV reads are a small part of a step.
 CASCADE_MIN_BS = 32
+# Largest batch with fused decode graphs (rotary + KV store inside attention): above it a step is
+# no longer bound by kernel launches, and the graphs would double capture time for little.
+FUSED_DECODE_MAX_BS = 64
 
 
 def cascade_batch_sizes(sizes: list[int]) -> list[int]:
@@ -69,7 +79,7 @@ class CudaGraphRunner:
         self.seq_lens.fill_(1)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
-        self._views: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}  # n -> (bs, meta[:, :bs], out[:n])
+        self._views: dict[tuple[str, int], tuple[int, torch.Tensor, torch.Tensor]] = {}  # (set, n) -> (bs, meta[:, :bs], out[:n])
         self.pool = None
         # Cascade graphs, per size: graph, logits, plan buffer, and the plan last copied into it.
         planner = runner.cascade
@@ -81,6 +91,11 @@ class CudaGraphRunner:
         self.cascade_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.cascade_outputs: dict[int, torch.Tensor] = {}
         self._cascade_copied: dict[int, CascadePlan] = {}
+        # Fused decode graphs (true decode steps only), when the backend fuses rotary into attention.
+        fused = runner.attn_backend.decode_rotary_in_attention
+        self.fused_sizes = [b for b in self.sizes if b <= FUSED_DECODE_MAX_BS] if fused else []
+        self.fused_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.fused_outputs: dict[int, torch.Tensor] = {}
         self._capture_all()
 
     def _fb(self, bs: int, cascade: bool = False) -> ForwardBatch:
@@ -120,20 +135,40 @@ class CudaGraphRunner:
         torch.cuda.current_stream().wait_stream(stream)
         logger.info("captured decode CUDA graphs for batch sizes %s (cascade: %s)", self.sizes, self.cascade_sizes)
 
+    def _sets(self, kind: str) -> tuple[list[int], dict[int, torch.cuda.CUDAGraph], dict[int, torch.Tensor]]:
+        """Sizes, graphs and logits buffers of a graph set: "plain", "cascade" or "fused"."""
+        if kind == "cascade":
+            return self.cascade_sizes, self.cascade_graphs, self.cascade_outputs
+        if kind == "fused":
+            return self.fused_sizes, self.fused_graphs, self.fused_outputs
+        return self.sizes, self.graphs, self.outputs
+
     def _capture_on(self, stream: torch.cuda.Stream) -> None:
-        todo = [(bs, False) for bs in self.sizes] + [(bs, True) for bs in self.cascade_sizes]
+        todo = [(bs, kind) for kind in ("plain", "cascade", "fused") for bs in self._sets(kind)[0]]
+        backend = self.runner.attn_backend
+        own = vars(backend).get("decode_rotary_in_attention")  # NOTE: restored after the captures
         with torch.cuda.stream(stream):
-            for bs, cascade in sorted(todo, reverse=True):  # largest first so smaller graphs reuse its pool
-                for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
-                    self._forward(bs, cascade)
-                graph = torch.cuda.CUDAGraph()
-                # NOTE: thread_local: CUDA calls of other threads (tokenizers, grammar workers,
-                # a previous engine being collected) must not invalidate this capture.
-                with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
-                    out = self._forward(bs, cascade)
+            for bs, kind in sorted(todo, reverse=True):  # largest first so smaller graphs reuse its pool
+                # NOTE: an instance attribute for the capture only: plain graphs (flat decode) keep
+                # the store before attention, fused graphs do it inside; eager steps use the default.
+                backend.decode_rotary_in_attention = kind == "fused"
+                try:
+                    for _ in range(2):  # warm-up: Triton JIT and autotuning happen outside capture
+                        self._forward(bs, kind == "cascade")
+                    graph = torch.cuda.CUDAGraph()
+                    # NOTE: thread_local: CUDA calls of other threads (tokenizers, grammar workers,
+                    # a previous engine being collected) must not invalidate this capture.
+                    with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
+                        out = self._forward(bs, kind == "cascade")
+                finally:
+                    if own is None:
+                        del backend.decode_rotary_in_attention
+                    else:
+                        backend.decode_rotary_in_attention = own
                 self.pool = graph.pool()
-                (self.cascade_outputs if cascade else self.outputs)[bs] = out
-                (self.cascade_graphs if cascade else self.graphs)[bs] = graph
+                _, graphs, outputs = self._sets(kind)
+                outputs[bs] = out
+                graphs[bs] = graph
 
     def release(self) -> None:
         """Drop the graphs and their memory pool now (not at some later garbage collection)."""
@@ -141,6 +176,8 @@ class CudaGraphRunner:
         self.outputs.clear()
         self.cascade_graphs.clear()
         self.cascade_outputs.clear()
+        self.fused_graphs.clear()
+        self.fused_outputs.clear()
         self.cascade_bufs.clear()
         self._cascade_copied.clear()
         self._views.clear()
@@ -158,7 +195,7 @@ class CudaGraphRunner:
 
     def replay(self, ids: list[int], positions: list[int], rows: list[int], out_cache_loc: torch.Tensor | None,
                input_ids: torch.Tensor | None = None, slots: list[int] | None = None,
-               cascade: CascadePlan | None = None) -> torch.Tensor:
+               cascade: CascadePlan | None = None, decode: bool = False) -> torch.Tensor:
         """Run ``n = len(positions)`` decode rows through the graph of the next captured size.
 
         Row ``i`` is token ``ids[i]`` at position ``positions[i]`` of the request whose
@@ -168,14 +205,20 @@ class CudaGraphRunner:
         ``input_ids`` (int64 ``[n]`` on the device) replaces ``ids`` (overlap scheduling; pass
         ``ids=[]`` then). The host fields travel in one pinned, non-blocking copy; padding rows
         read the zero row and write slot 0. ``cascade`` (at most :meth:`cascade_chunks` chunks)
-        replays the cascade graph with that plan (copied only when it changed).
+        replays the cascade graph with that plan (copied only when it changed). ``decode``: the
+        rows are a true decode step (one row per request, no row reads another's new key), so a
+        fused decode graph may run them.
         Returns fp32 logits ``[n, V]``, a view of the graph's output buffer (valid until the next
         replay)."""
         n = len(positions)
-        key = -n if cascade is not None else n  # NOTE: cascade graphs' views under negative row counts
+        if cascade is not None:
+            kind = "cascade"
+        else:
+            kind = "fused" if decode and self.fused_sizes and n <= self.fused_sizes[-1] else "plain"
+        key = (kind, n)
         views = self._views.get(key)
         if views is None:  # NOTE: the views of the persistent buffers are made once per row count
-            sizes, outputs = (self.cascade_sizes, self.cascade_outputs) if cascade is not None else (self.sizes, self.outputs)
+            sizes, _, outputs = self._sets(kind)
             bs = sizes[bisect.bisect_left(sizes, n)]
             views = self._views[key] = (bs, self.meta[:, :bs], outputs[bs][:n])
         bs, meta, out = views
@@ -203,5 +246,5 @@ class CudaGraphRunner:
                 self._cascade_copied[bs] = cascade
             self.cascade_graphs[bs].replay()
         else:
-            self.graphs[bs].replay()
+            (self.fused_graphs if kind == "fused" else self.graphs)[bs].replay()
         return out

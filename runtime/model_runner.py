@@ -235,7 +235,7 @@ class ModelRunner:
         ids = [] if input_ids is not None else [t for s in slices for t in s.req.token_slice(s.start, s.end)]
         rows = [s.req.req_pool_idx for s in slices]
         plan = self._cascade_plan(slices, rows, [p + 1 for p in pos], self.cuda_graph.cascade_chunks(len(rows)))
-        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, input_ids, cascade=plan)
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, input_ids, cascade=plan, decode=True)
         return logits, [(i, [p]) for i, p in enumerate(pos)]
 
     def _cascade_plan(self, slices, rows: list[int], seq_lens: list[int], max_chunks: int) -> CascadePlan | None:

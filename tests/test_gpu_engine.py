@@ -114,3 +114,26 @@ def test_cascade_attention_keeps_greedy_outputs(tiny_llama):
     assert graphs == reference and sum(used) >= 20
     eager, used = run(True, cuda_graph_max_bs=16)
     assert eager == reference and sum(used) >= 20
+
+
+def test_fused_decode_graphs_match_plain_graphs(tiny_llama, monkeypatch):
+    """True decode steps replay graphs whose attention applies rotary and stores the new key and
+    value itself; flat decode rows (short prefills through the graphs) keep the plain graphs.
+    Greedy outputs equal those with the fusion off (plain graphs only)."""
+    from radixlm.runtime.attention import AttentionBackend
+    from radixlm.runtime.cuda_graph import CudaGraphRunner
+
+    fused_replays = []
+    replay = CudaGraphRunner.replay
+
+    def spy(self, *args, **kw):
+        fused_replays.append(bool(kw.get("decode")) and bool(self.fused_sizes) and kw.get("cascade") is None)
+        return replay(self, *args, **kw)
+
+    monkeypatch.setattr(CudaGraphRunner, "replay", spy)
+    fused = _outputs(tiny_llama, force_torch=False)
+    assert any(fused_replays) and not all(fused_replays)  # decode steps fused, short prefills plain
+    fused_replays.clear()
+    monkeypatch.setattr(AttentionBackend, "decode_rotary_in_attention", False)
+    assert _outputs(tiny_llama, force_torch=False) == fused
+    assert fused_replays and not any(fused_replays)
