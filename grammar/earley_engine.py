@@ -30,6 +30,14 @@ STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see 
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 
 
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``x`` (1-D). NOTE: np.unique hashes and costs ~20x a sort here."""
+    if x.size < 2:
+        return x
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))]
+
+
 class _Stacked:
     """The small terminals' DFAs stacked into one table (``trans`` int32 ``[n, 256]``, ``accept``
     bool ``[n]``; state 0 dead), so walks in many terminals go through the trie together: local
@@ -295,7 +303,7 @@ class EarleyEngine:
     def _walk_result(self, found: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""
         tok = self.trie.node_token[found]
-        return tok[tok >= 0].astype(np.int64), np.unique(found[accept])
+        return tok[tok >= 0].astype(np.int64), _distinct(found[accept])
 
     def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
         out = bytearray()
