@@ -24,84 +24,16 @@ import numpy as np
 
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.mask_pack import pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
+from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.token_delta import delta_mask, reference_state
-from radixlm.grammar.trie import TokenTrie, expand
+from radixlm.grammar.trie import TokenTrie
+from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-exported)
 
 REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
+FEW_NARROW = 4  # first visits of up to this many narrow states try Python walks first
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
-DENSE_STOP_CHECK = 2048  # the dense walk tests a level for live parents only below this many nodes
-TAIL_NODES = 24  # depths with fewer nodes than this (all deeper too) are walked node by node
-
-
-def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.ndarray,
-              src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sparse walk below ``nodes`` (each in DFA state ``states``) through the subtrees.
-
-    Returns ``(src, node, state)`` for every live descendant (``src``: index of its start pair, or
-    the given ``src`` values); the start nodes themselves are not included.
-    """
-    flat = trans.reshape(-1)
-    src = np.arange(nodes.size, dtype=np.int64) if src is None else src.astype(np.int64)
-    node = nodes.astype(np.int64)
-    st = states.astype(np.int64)
-    out_src, out_node, out_st = [], [], []
-    while src.size:
-        kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
-        if kids.size == 0:
-            break
-        nst = flat[st[owner] * 256 + trie.node_byte[kids]]
-        live = nst != 0
-        src, node, st = src[owner[live]], kids[live], nst[live].astype(np.int64)
-        out_src.append(src)
-        out_node.append(node)
-        out_st.append(st)
-    if not out_src:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    return np.concatenate(out_src), np.concatenate(out_node), np.concatenate(out_st)
-
-
-def dense_walk(trans: np.ndarray, trie: TokenTrie, start: int) -> np.ndarray:
-    """DFA state (0: dead) after every trie node's bytes, from ``start``: int32 ``[n_nodes]``.
-
-    One gather per trie depth (``trans[parent state, byte]``), in place; stops at the first depth
-    with no live parent among few nodes (state 0 is absorbing, so large dead levels stay 0). The
-    deep, thin depths (fewer than ``TAIL_NODES`` nodes each) go node by node in Python instead.
-    """
-    flat = trans.reshape(-1)
-    wide = trans.shape[0] >= 1 << 23  # NOTE: state * 256 + byte must fit int32
-    flat = flat.astype(np.int64 if wide else np.int32, copy=False)
-    st = np.zeros(trie.n_nodes, dtype=flat.dtype)
-    st[0] = start
-    tail_lo = trie.tail(TAIL_NODES)[0]
-    for lo, hi, parent, byte in trie.levels():
-        if lo >= tail_lo:
-            _tail_walk(flat, trie, st)
-            break
-        par = st[parent]
-        if hi - lo < DENSE_STOP_CHECK and not par.any():
-            break
-        par <<= 8
-        par += byte
-        flat.take(par, out=st[lo:hi])
-    return st.astype(np.int32, copy=False)
-
-
-def _tail_walk(flat: np.ndarray, trie: TokenTrie, st: np.ndarray) -> None:
-    """Fill ``st`` for the trie's tail (:meth:`TokenTrie.tail`) node by node: a few hundred
-    nodes over ~100 depths, where one numpy call per depth would cost more (NOTE: measured)."""
-    lo, parents, bytes_ = trie.tail(TAIL_NODES)
-    first = parents[0]
-    vals = st[first:lo].tolist()
-    if not any(vals):
-        return
-    rows = memoryview(flat)
-    for p, b in zip(parents, bytes_):
-        q = vals[p - first]
-        vals.append(rows[(q << 8) | b] if q else 0)
-    st[lo:] = vals[lo - first :]
 
 
 @dataclass
@@ -162,7 +94,8 @@ class DfaIndex:
         self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._runs: tuple[np.ndarray, ...] = ()  # (ptr, dst, first byte) of each row's byte runs
-        self._shifts: ShiftClasses | None = None  # built on the first wide state off any cycle
+        self._shifts: ShiftClasses | None = None  # states sharing masks (see _wide)
+        self._walker: NarrowWalker | None = None  # Python walks of single narrow states
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -189,10 +122,17 @@ class DfaIndex:
             return int(self.cost[s])
         got = self._cost2.get(s)
         if got is None:
+            # NOTE: per byte run of the row (one target each) instead of per byte: the run's
+            # pair weights are a difference of prefix sums over first bytes (same integer).
             row = self.trans[s]
-            b1 = np.nonzero(row)[0]
-            live2 = self.trans[row[b1]] != 0
-            got = self._cost2[s] = int((live2 * self.trie.pair_weight[b1]).sum()) + b1.size
+            starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+            ends = np.r_[starts[1:], 256]
+            live = row[starts] != 0
+            starts, ends = starts[live], ends[live]
+            cum = self.trie.pair_prefix()
+            live2 = self.trans[row[starts]] != 0
+            got = int(((cum[ends] - cum[starts]) * live2).sum()) + int((ends - starts).sum())
+            self._cost2[s] = got
         return got
 
     def boundary(self, state: int) -> np.ndarray:
@@ -215,9 +155,13 @@ class DfaIndex:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
         cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
+        if self._shifts is not None and not all(cheap):
+            todo, cheap = self._shared(todo, cheap)
         is_wide = [not c and self.cost2(s) >= WIDE_NODES for s, c in zip(todo, cheap)]
         narrow = [s for s, w in zip(todo, is_wide) if not w]
         wide = [s for s, w in zip(todo, is_wide) if w]
+        if narrow and len(narrow) <= FEW_NARROW and self.accept is None:
+            narrow = self._few(narrow)
         for lo in range(0, len(narrow), 256):
             chunk = narrow[lo : lo + 256]
             arr = np.asarray(chunk, dtype=np.int64)
@@ -252,10 +196,65 @@ class DfaIndex:
                 self.masks[s] = got
         if pending:
             self._finish_exits(pending)
+        if self._shifts is not None:
+            for s in wide:
+                self._shifts.register(s)
+
+    def _few(self, states: list[int]) -> list[int]:
+        """Masks of a few narrow states by Python walks (:mod:`radixlm.grammar.narrow_walk`);
+        returns the states that were not narrow enough for it."""
+        if self._walker is None:
+            self._walker = NarrowWalker(self.trans, self.trie)
+        left = []
+        for s in states:
+            toks = self._walker.tokens([(0, s)])
+            if toks is None:
+                left.append(s)
+                continue
+            check_budget("computing token masks", 8)
+            arr = np.sort(np.asarray(toks, dtype=np.int64))
+            key = arr.tobytes()  # NOTE: the batched path's key: both share one array per mask
+            got = self._narrow.get(key)
+            if got is None:
+                got = self._narrow[key] = pack_few(arr, self.trie, self.words)
+            self.masks[s] = got
+        return left
+
+    def _few_exits(self, s: int, internal: np.ndarray, exit_nodes: np.ndarray, e: np.ndarray) -> bool:
+        """Mask of region state ``s`` (see :meth:`_finish_exits`) by a Python walk below its exit
+        nodes; False when the walk was not narrow enough (nothing is set then)."""
+        if self._walker is None:
+            self._walker = NarrowWalker(self.trans, self.trie)
+        live = e != 0
+        toks = self._walker.tokens(list(zip(exit_nodes[live].tolist(), e[live].tolist())))
+        if toks is None:
+            return False
+        own = self.trie.node_token[exit_nodes]
+        arr = np.unique(np.concatenate([own[own >= 0].astype(np.int64), np.asarray(toks, dtype=np.int64)]))
+        self.masks[s] = internal | pack_few(arr, self.trie, self.words)
+        return True
+
+    def _shared(self, todo: list[int], cheap: list[bool]) -> tuple[list[int], list[bool]]:
+        """Take the masks of wide states in ``todo`` from known states of their shift class
+        (:mod:`radixlm.grammar.shift_classes`); returns the states left and their ``cheap``."""
+        left, left_cheap = [], []
+        for s, c in zip(todo, cheap):
+            t = -1 if c else self._shifts.match(s)
+            if t >= 0 and t in self.masks:
+                self.masks[s] = self.masks[t]
+            else:
+                left.append(s)
+                left_cheap.append(c)
+        return left, left_cheap
 
     def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one
-        batched walk below the exit nodes of all of them (the tokens leaving each region)."""
+        batched walk below the exit nodes of all of them (the tokens leaving each region), or for
+        a single one while serving, a Python walk (:mod:`radixlm.grammar.narrow_walk`)."""
+        if len(pending) <= FEW_NARROW and self.accept is None:
+            pending = [p for p in pending if not self._few_exits(*p)]
+            if not pending:
+                return
         nodes = np.concatenate([p[2] for p in pending])
         states = np.concatenate([p[3] for p in pending])
         owner = np.repeat(np.arange(len(pending)), [p[2].size for p in pending])
@@ -306,21 +305,14 @@ class DfaIndex:
                 finally:
                     self._busy.discard(s)
                 return delta_mask(self.trans, self.trie, self.words, s, g, base, pack_tokens)
-        shifts = self._shifts
-        if shifts is not None and self.accept is None:
-            t = shifts.match(s)
-            if t >= 0 and t in self.masks:
-                return self.masks[t]
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():
-            got = self._single(s)
-            if self.accept is None:
-                if shifts is None:
-                    ptr, dst, col = self._runs
-                    shifts = self._shifts = ShiftClasses(ptr, col, dst, self.trie.max_depth)
-                shifts.register(s)
-            return got
+            if self._shifts is None and self.accept is None:
+                # NOTE: built on the first wide state off any cycle (a chain's copy, maybe)
+                ptr, dst, col = self._runs
+                self._shifts = ShiftClasses(ptr, col, dst, self.trie.max_depth)
+            return self._single(s)
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)
         canon = {s: 0}

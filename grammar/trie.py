@@ -151,6 +151,16 @@ class TokenTrie:
                 for d in range(1, len(ds) - 1) if ds[d + 1] > ds[d]]
         return got
 
+    def pair_prefix(self) -> np.ndarray:
+        """int64 ``[257, 256]``: prefix sums of :attr:`pair_weight` over the first byte (row
+        ``b``: the first bytes below ``b``), built once."""
+        got = getattr(self, "_pair_prefix", None)
+        if got is None:
+            got = np.zeros((257, 256), dtype=np.int64)
+            np.cumsum(self.pair_weight, axis=0, out=got[1:])
+            self._pair_prefix = got
+        return got
+
     def node_of_tokens(self) -> np.ndarray:
         """intp ``[tokenizer_size]``: :attr:`token_node` with the root (0) for tokens without a
         node, for gathers over the vocabulary (built once)."""

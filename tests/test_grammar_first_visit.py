@@ -125,3 +125,55 @@ def test_no_chain_no_classes() -> None:
     ptr, dst, col = index._runs
     sc = shift_classes.ShiftClasses(ptr, col, dst, 40)
     assert sc.ahead == 0 and sc.match(1) == -1
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+                                      "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+     "required": ["name"]},
+    {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f0-9]{8}$"},
+                                      "note": {"type": "string", "minLength": 3, "maxLength": 300},
+                                      "kind": {"enum": ["alpha", "beta", "gamma"]}},
+     "additionalProperties": False},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_one_by_one_equals_batched(monkeypatch, schema: dict) -> None:
+    """Every state's mask computed alone (Python walks of narrow states and of region exits,
+    shift classes) equals the batched vectorized walk of all states at once."""
+    import json
+
+    comp = load_compiler(DEFAULT_TOKENIZER)
+    info = comp.tokenizer_info
+    dfa = comp.compile_json_schema(json.dumps(schema)).engine.dfa
+    trie = info.walk_trie(dfa.trans)
+    regions = getattr(trie, "regions", None) or RegionCache()
+    alone = DfaIndex(dfa.trans, trie, info.mask_words, regions)
+    order = list(range(1, dfa.n_states))
+    random.Random(3).shuffle(order)
+    for s in order:
+        alone.compute([s])
+    monkeypatch.setattr(token_index, "FEW_NARROW", 0)
+    batched = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
+    batched._shifts = _Never()
+    batched.compute(list(range(1, dfa.n_states)))
+    for s in range(1, dfa.n_states):
+        assert np.array_equal(alone.masks[s], batched.masks[s]), s
+    assert alone._walker is not None  # the Python walks did run
+
+
+def test_narrow_walker_equals_walk_from() -> None:
+    """The Python walk finds exactly the live nodes' tokens of the vectorized sparse walk."""
+    from radixlm.grammar.narrow_walk import NarrowWalker
+    from radixlm.grammar.trie_walks import walk_from
+
+    dfa = regex_to_dfa(r'\{"(name|nick|age)": ("[a-z]{0,6}"|[0-9]{1,4})\}')
+    trie = TokenTrie(_vocab(n=2000))
+    walker = NarrowWalker(dfa.trans, trie)
+    for s in range(1, dfa.n_states):
+        got = walker.tokens([(0, s)], budget=10**6)
+        _, node, _ = walk_from(dfa.trans, trie, np.zeros(1, np.int64), np.asarray([s]))
+        tok = trie.node_token[node]
+        assert sorted(got) == sorted(tok[tok >= 0].tolist()), s
+    assert NarrowWalker(dfa.trans, trie).tokens([(0, dfa.start)], budget=0) is None

@@ -1,0 +1,93 @@
+"""First-visit masks of narrow DFA states by a plain Python walk of the trie.
+
+A state met for the first time while serving is usually restrictive (inside a property key, after
+``{``): a handful of live ``(trie node, state)`` pairs over a few depths. The vectorized sparse
+walk (:func:`radixlm.grammar.trie_walks.walk_from`) spends ~20 numpy calls per depth on them
+(50-250 µs per state); stepping the few live pairs one by one costs a fraction of a microsecond
+each. The walk gives up past a step budget (the state was not that narrow) and the caller falls
+back to the vectorized walk, so the worst case stays bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixlm.grammar.trie import TokenTrie
+
+STEP_BUDGET = 600  # (pair, byte) steps before the Python walk hands over to the vectorized one
+SCAN_CHILDREN = 32  # nodes with up to this many children are scanned, larger ones looked up by byte
+
+
+class NarrowWalker:
+    """Python walks of one DFA (int32 ``trans [n_states, 256]``) against one trie.
+
+    Per-state live-byte lists and per-node child maps are built on first use and kept (bounded by
+    the DFA's states and the trie's nodes). Single-writer: the owning DfaIndex's thread."""
+
+    def __init__(self, trans: np.ndarray, trie: TokenTrie) -> None:
+        self.trans = trans
+        flat = np.ascontiguousarray(trans.reshape(-1), dtype=np.int32) if trans.shape[0] < 1 << 23 else None
+        self._rows = memoryview(flat) if flat is not None else None
+        self._lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
+        self._cnt = memoryview(np.ascontiguousarray(trie.child_cnt, dtype=np.int32))
+        self._byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
+        self._token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
+        self._live: dict[int, list[int]] = {}  # state -> its live bytes
+        self._kids: dict[int, dict[int, int]] = {}  # node -> {byte: child}
+
+    def tokens(self, starts: list[tuple[int, int]], budget: int = STEP_BUDGET) -> list[int] | None:
+        """Primary token ids (``node_token``) of the trie nodes below the ``(node, state)`` pairs
+        ``starts`` that stay live (the start nodes excluded; each node once when the start
+        nodes are not nested); None when the walk takes more than ``budget`` steps."""
+        rows, lo_, cnt_, byte_, token_ = self._rows, self._lo, self._cnt, self._byte, self._token
+        if rows is None:
+            return None
+        out: list[int] = []
+        stack = list(starts)
+        steps = 0
+        while stack:
+            node, q = stack.pop()
+            cnt = cnt_[node]
+            if not cnt:
+                continue
+            lo, base = lo_[node], q << 8
+            live = self._live.get(q) if cnt > SCAN_CHILDREN else None
+            if live is None and cnt > SCAN_CHILDREN:
+                live = self._live[q] = np.flatnonzero(self.trans[q]).tolist()
+            if live is None or cnt <= len(live):  # NOTE: scan the children, or look up live bytes
+                steps += cnt
+                for c in range(lo, lo + cnt):
+                    r = rows[base | byte_[c]]
+                    if r:
+                        stack.append((c, r))
+                        if token_[c] >= 0:
+                            out.append(token_[c])
+            else:
+                steps += len(live)
+                kids = self._kids.get(node)
+                if kids is None:
+                    kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + cnt)}
+                for b in live:
+                    c = kids.get(b)
+                    if c is not None:
+                        stack.append((c, rows[base | b]))
+                        if token_[c] >= 0:
+                            out.append(token_[c])
+            if steps > budget:
+                return None
+        return out
+
+
+def pack_few(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
+    """int32 ``[words]`` bitmask of a few *distinct* token ids (int64) and their byte-duplicates:
+    the same mask as :func:`radixlm.grammar.mask_pack.pack_tokens`, without a vocabulary-sized
+    temporary."""
+    if trie.dup_src.size and tokens.size:
+        lo = np.searchsorted(trie.dup_src, tokens)
+        hi = np.searchsorted(trie.dup_src, tokens, side="right")
+        if (hi > lo).any():
+            extra = np.concatenate([trie.dup_dst[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a])
+            tokens = np.concatenate([tokens, extra])
+    bits = np.left_shift(1, tokens & 31).astype(np.float64)  # NOTE: distinct bits: sums are exact
+    out = np.bincount(tokens >> 5, weights=bits, minlength=words)
+    return out.astype(np.uint32).view(np.int32)
