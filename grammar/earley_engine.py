@@ -6,8 +6,10 @@ terminals the parser expects next start as new threads (scannerless semantics; `
 terminals may appear at any terminal boundary).
 
 Token masks: the tokens that stay inside a thread's terminal are that terminal DFA's state mask
-(cached, see :class:`DfaIndex`); the tokens that cross a terminal boundary are found by walking
-the trie below the boundary nodes with the threads the boundary spawns, vectorized per thread.
+(cached, see :class:`DfaIndex`; computed at compile time where that is cheap, see
+:meth:`EarleyEngine._eager_masks`); the tokens that cross a terminal boundary are found by walking
+the trie below the boundary nodes with the threads the boundary spawns, one level of spawns at a
+time for all new threads of a state, the walks cached per terminal path (column-free).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ Thread = tuple[int, int, int]
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
 EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _eager_masks)
 EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested for narrowness
-CROSSING_CACHE = 100_000  # cached crossing walks (per thread, per terminal path)
+CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per terminal path)
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 
