@@ -303,6 +303,29 @@ def test_masks_equal_brute_force_synthetic_vocab(name: str, kind: str, source: s
         _check_walk(compiled, ref, None, random.Random(seed), 40)
 
 
+@pytest.mark.parametrize("settings", [
+    {"STACK_STATES": 40},  # most terminals walked alone, a few stacked
+    {"STACK_TERMINAL_STATES": 0},  # no terminal stacked
+    {"EAGER_TERMINAL_STATES": 0},  # narrow state masks only at compile time
+    {"EAGER_TERMINAL_STATES": 0, "EAGER_NARROW_STATES": 0},  # every mask on first visit
+], ids=["few-stacked", "none-stacked", "narrow-eager", "all-lazy"])
+@pytest.mark.parametrize("name,kind,source,docs", [g for g in GRAMMARS if g[0] in ("forest", "json", "arith")],
+                         ids=["forest", "json", "arith"])
+def test_masks_equal_brute_force_engine_settings(monkeypatch, settings: dict, name: str, kind: str, source: str,
+                                                 docs: list[str]) -> None:
+    from radixlm.grammar import earley_engine
+
+    for key, value in settings.items():
+        monkeypatch.setattr(earley_engine, key, value)
+    comp = GrammarCompiler(_synthetic_info())  # NOTE: a fresh compiler: no grammar cached under other settings
+    info = comp.tokenizer_info
+    compiled = _compile(comp, kind, source)
+    ref = lambda plain, state: _brute_mask(plain, state, info)  # noqa: E731
+    for doc in docs:
+        _check_walk(compiled, ref, _synthetic_encode(info, doc), random.Random(0), 0)
+    _check_walk(compiled, ref, None, random.Random(5), 30)
+
+
 @pytest.mark.parametrize("vocab", _real_vocabs())
 @pytest.mark.parametrize("name,kind,source,docs", GRAMMARS, ids=IDS)
 def test_masks_equal_former_algorithm_real_vocab(vocab: str, name: str, kind: str, source: str, docs: list[str]) -> None:
