@@ -55,9 +55,7 @@ class ByteDFA:
         got = self._runs
         if got is None:
             trans = self.trans
-            change = np.ones(trans.shape, dtype=bool)
-            change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-            src, lo = np.nonzero(change)
+            src, lo = run_starts(trans)
             hi = np.empty_like(lo)
             hi[:-1] = lo[1:] - 1
             hi[-1] = 255
@@ -67,9 +65,10 @@ class ByteDFA:
             tgt = trans[src, lo]
             keep = (tgt != 0) & (src != 0)
             src, lo, hi, tgt = src[keep], lo[keep], hi[keep], tgt[keep]
-            got = [[] for _ in range(self.n_states)]
-            for s, a, b, t in zip(src.tolist(), lo.tolist(), hi.tolist(), tgt.tolist()):
-                got[s].append((a, b, t))
+            # NOTE: the tuples are made by zip and cut per state by slices (C loops, not Python)
+            flat = list(zip(lo.tolist(), hi.tolist(), tgt.tolist()))
+            ptr = np.searchsorted(src, np.arange(self.n_states + 1)).tolist()
+            got = [flat[a:b] for a, b in zip(ptr, ptr[1:])]
             self._runs = got
         return got
 
@@ -110,9 +109,7 @@ def trim(trans: np.ndarray, accept: np.ndarray, hot: np.ndarray | None = None,
 def coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
     """States that reach a ``live`` one (backward search over the distinct edges only: a byte run
     with one target is one edge)."""
-    change = np.ones(trans.shape, dtype=bool)
-    change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-    src, col = np.nonzero(change)
+    src, col = run_starts(trans)
     dst = trans[src, col]
     keep = (dst != 0) & (src != 0)
     src, dst = src[keep], dst[keep]
@@ -129,3 +126,15 @@ def coreachable(trans: np.ndarray, live: np.ndarray) -> np.ndarray:
         live[preds] = True
         frontier = preds
     return live
+
+
+def run_starts(trans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(state, byte)`` int64 arrays, in row-major order, of every byte that starts a run of
+    one target in ``trans`` (int ``[n, 256]``): byte 0, and every byte whose target differs from
+    the byte before it."""
+    flat = trans.reshape(-1)
+    change = np.empty(flat.size, dtype=bool)
+    np.not_equal(flat[1:], flat[:-1], out=change[1:])
+    change[::256] = True  # NOTE: one flat comparison; row starts set after (7x a 2-D nonzero)
+    idx = np.flatnonzero(change)
+    return idx >> 8, idx & 255

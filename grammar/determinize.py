@@ -11,8 +11,6 @@ states (merged with what follows the block) go through the general construction.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
@@ -66,14 +64,15 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
 
     hot_nfa = _hot_states(nfa, start) if nfa.gates or any(d.hot is not None for _, d in nfa.blocks) else None
     blocks = nfa.blocks if bulk else []
-    bases = [b[0] for b in blocks]
-    # NOTE: per NFA state: the DFA id of its closure, for block states (0: not assigned yet)
-    single_id = np.zeros(n + 1, dtype=np.int32) if blocks else None
+    block_at = _block_index(nfa) if bulk else None
+    # NOTE: per group of blocks (their bases) sharing one embedded DFA: the DFA id of each local
+    # state of the group (0: not assigned yet); a single block is a group of one
+    luts: dict[tuple[int, ...], np.ndarray] = {}
     ids: dict[frozenset[int], int] = {}
     queue: list[tuple[int, frozenset[int]]] = []  # general DFA states, rows still to build
     flat: list[int] = []  # (DFA id, lo, hi, target) of every general row's byte runs
     accepting: list[int] = []
-    bulk: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (ids, rows, NFA states) copied
+    bulk_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (ids, rows, NFA states)
     count = [0]
 
     def add(tgt: frozenset[int]) -> int:
@@ -85,44 +84,44 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
             raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
         return d
 
-    def from_block(x: int) -> int:
-        """DFA id of ``{x}`` for a non-accepting block state ``x`` (0: ``x`` is not one): the
-        block's states reachable from ``x`` through non-accepting ones get their ids and rows at
-        once, copied from the embedded DFA."""
-        j = bisect_right(bases, x) - 1
-        if j < 0:
+    def from_group(tgt: frozenset[int]) -> int:
+        """DFA id of ``tgt`` when it is one non-accepting local state of blocks that copy one
+        embedded DFA (0 otherwise): the group's states reachable from it through non-accepting
+        ones get their ids and rows at once, copied from the embedded DFA."""
+        group = _group_of(tgt, block_at, blocks)
+        if group is None:
             return 0
-        base, dfa = blocks[j]
-        t = x - base
-        if t >= dfa.n_states or dfa.accept[t]:
-            return 0
-        got = int(single_id[x])
+        key, dfa, t = group
+        lut = luts.get(key)
+        if lut is None:
+            lut = luts[key] = np.zeros(dfa.n_states, dtype=np.int32)
+        got = int(lut[t])
         if got:
             return got
         inner, barrier = _reach(dfa, t)
-        nfa_states = inner + base
-        fresh = nfa_states[single_id[nfa_states] == 0]
+        fresh = inner[lut[inner] == 0]
         first = count[0] + 1
         count[0] += fresh.size
         if count[0] > MAX_DFA_STATES:
             raise GrammarError("grammar too large: over %d DFA states" % MAX_DFA_STATES)
-        single_id[fresh] = np.arange(first, count[0] + 1, dtype=np.int32)
+        lut[fresh] = np.arange(first, count[0] + 1, dtype=np.int32)
         for a in barrier:
-            if not single_id[base + a]:
-                key = close(base + a)
-                d = ids.get(key)
-                single_id[base + a] = d if d is not None else add(key)
-        lut = single_id[base : base + dfa.n_states]
-        bulk.append((single_id[fresh], lut[dfa.trans[fresh - base]], fresh))
+            if not lut[a]:
+                union = frozenset().union(*(close(base + a) for base in key))
+                d = ids.get(union)
+                lut[a] = d if d is not None else add(union)
+        states = np.asarray(key, dtype=np.int64)[:, None] + fresh[None, :]
+        bulk_rows.append((lut[fresh], lut[dfa.trans[fresh]], states))
         check_budget("determinizing an automaton", 2 * fresh.size + len(barrier) + 10)
-        return int(single_id[x])
+        return int(lut[t])
 
     def target(tgt: frozenset[int]) -> int:
         d = ids.get(tgt)
         if d is None:
-            if len(tgt) == 1 and blocks:
-                d = from_block(next(iter(tgt)))
+            if blocks:
+                d = from_group(tgt)
                 if d:
+                    ids[tgt] = d  # NOTE: the next lookup of this set is one dict hit
                     return d
             d = add(tgt)
         return d
@@ -152,8 +151,8 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         width = runs[:, 2] - runs[:, 1] + 1
         cols, owner = expand(runs[:, 1], width)
         trans[runs[owner, 0], cols] = runs[owner, 3]
-    for src, block, _ in bulk:
-        trans[src] = block
+    for src, rows, _ in bulk_rows:
+        trans[src] = rows
     accept = np.zeros(n_ids, dtype=bool)
     accept[accepting] = True
     hot = None
@@ -162,8 +161,8 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         hot_list = hot_nfa.tolist()
         for d, key in queue:
             hot[d] = any(hot_list[i] for i in key)
-        for src, _, states in bulk:
-            hot[src] = hot_nfa[states]
+        for src, _, states in bulk_rows:
+            hot[src] = hot_nfa[states].any(axis=0)
     # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
     # every DFA state (a non-empty set of them) is live: nothing to trim.
     return trim(trans, accept, hot, check=nfa.dead_ends)
@@ -208,6 +207,42 @@ def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, i
         if active:
             tgt = active[0][2] if len(active) == 1 else frozenset().union(*(e[2] for e in active))
             out.append((a, b - 1, tgt))
+    return out
+
+
+def _group_of(tgt: frozenset[int], block_at: list[int], blocks: list) -> tuple[tuple[int, ...], ByteDFA, int] | None:
+    """``(bases, dfa, t)`` when every state of ``tgt`` is the same non-accepting local state
+    ``t`` of a block copying the same embedded ``dfa`` (``bases``: those blocks, sorted); else
+    None."""
+    it = iter(tgt)
+    x = next(it)
+    j = block_at[x]
+    if j < 0:
+        return None
+    base, dfa = blocks[j]
+    t = x - base
+    if dfa.accept[t]:
+        return None
+    if len(tgt) == 1:
+        return (base,), dfa, t
+    bases = [base]
+    for x in it:
+        j = block_at[x]
+        if j < 0:
+            return None
+        base, other = blocks[j]
+        if other is not dfa or x - base != t:
+            return None
+        bases.append(base)
+    bases.sort()
+    return tuple(bases), dfa, t
+
+
+def _block_index(nfa) -> list[int]:
+    """Per NFA state, the index of its block in ``nfa.blocks`` (-1: not a block state)."""
+    out = [-1] * len(nfa.eps)
+    for j, (base, dfa) in enumerate(nfa.blocks):
+        out[base : base + dfa.n_states] = [j] * dfa.n_states
     return out
 
 
