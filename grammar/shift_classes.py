@@ -9,19 +9,22 @@ walked the whole trie (~1 ms, hundreds of slow steps on long strings).
 Exact criterion. Encode each live transition ``q -b-> r`` as *relative* (``r - q`` when ``-back
 <= r - q <= fwd``) or *absolute* (``r``; dead: 0), and give every state the id of its encoded row
 (:attr:`ShiftClasses.keys`). Let ``low[q]`` be the smallest state reachable from ``q`` by at most
-``depth - 1`` relative moves. If ``s - low[s] == t - low[t]`` and ``keys[s + i] == keys[t + i]``
-for every ``low[s] - s <= i <= fwd * (depth - 1)``, then ``s`` and ``t`` admit the same byte
-strings of up to ``depth`` bytes: walk both in lockstep; a pair ``(a, a + c)`` (``c = t - s``)
-reached by ``k < depth`` relative moves lies in that window, and equal keys send it on a byte to a
-dead pair, an *equal* pair (absolute move: both sides agree from there on) or ``(a', a' + c)``
-again. Hence the tokens (at most ``depth`` bytes) admitted from ``s`` and ``t`` are the same: equal
-masks. Windows are found by a rolling hash and then compared exactly, so a hash collision never
-shares a mask.
+``depth - 1`` relative moves (``depth``: the trie's), and ``ahead`` bound how far a token prefix
+of under ``depth`` bytes can move forward by relative moves (the largest sum, over the trie's
+paths, of each byte's largest forward offset). If ``s - low[s] == t - low[t]`` and ``keys[s + i]
+== keys[t + i]`` for every ``low[s] - s <= i <= ahead``, then ``s`` and ``t`` admit the same
+tokens: walk both in lockstep along a token; a pair ``(a, a + c)`` (``c = t - s``) reached by
+``k < depth`` relative moves lies in that window, and equal keys send it on a byte to a dead pair,
+an *equal* pair (absolute move: both sides agree from there on) or ``(a', a' + c)`` again. Hence
+equal masks. Windows are found by a rolling hash and then compared exactly, so a hash collision
+never shares a mask.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from radixlm.grammar.trie import TokenTrie
 
 MAX_STEP = 128  # relative moves span at most this many states (wider: absolute, still exact)
 MIN_SHARE = 500  # ... and keep only offsets taken by >= 1/MIN_SHARE of the edges that way
@@ -86,13 +89,41 @@ def reach_low(src: np.ndarray, dst: np.ndarray, n: int, rounds: int) -> np.ndarr
     return low
 
 
+def byte_advance(ptr: np.ndarray, col: np.ndarray, off: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """int64 ``[256]``: each byte's largest forward offset among the relative runs (``off``,
+    ``rel`` per run; runs as in :class:`ShiftClasses`), 0 when it never moves forward."""
+    end = np.empty_like(col)
+    end[:-1] = col[1:]
+    end[ptr[1:] - 1] = 256  # NOTE: a row's last run ends at byte 256
+    fwd = rel & (off > 0)
+    shapes = np.unique((col[fwd].astype(np.int64) * 512 + end[fwd]) * (MAX_STEP + 1) + off[fwd])
+    out = np.zeros(256, dtype=np.int64)
+    for key in shapes.tolist():  # NOTE: few distinct (first byte, end, offset) run shapes
+        ce, o = divmod(key, MAX_STEP + 1)
+        c, e = divmod(ce, 512)
+        np.maximum(out[c:e], o, out=out[c:e])
+    return out
+
+
+def reach_ahead(trie: TokenTrie, adv: np.ndarray) -> int:
+    """The largest sum of ``adv[byte]`` along a trie path of fewer than ``max_depth`` bytes."""
+    best = 0
+    total = np.zeros(trie.n_nodes, dtype=np.int64)
+    for lo, hi, parent, byte in trie.levels():
+        if hi > trie.depth_start[-2]:
+            break  # NOTE: the deepest nodes need only liveness, which their parent's key covers
+        total[lo:hi] = total[parent] + adv[byte]
+        best = max(best, int(total[lo:hi].max()))
+    return best
+
+
 class ShiftClasses:
-    """States of one DFA whose masks equal by the module's criterion, for tries of ``depth``.
+    """States of one DFA whose masks equal by the module's criterion, for one trie.
 
     ``match(s)`` returns a registered state with the same mask as ``s`` (or -1); ``register(s)``
     records that ``s``'s mask is known. Single-writer (the DfaIndex that owns it)."""
 
-    def __init__(self, ptr: np.ndarray, col: np.ndarray, dst: np.ndarray, depth: int) -> None:
+    def __init__(self, ptr: np.ndarray, col: np.ndarray, dst: np.ndarray, trie: TokenTrie) -> None:
         """``ptr``, ``col``, ``dst``: the DFA's rows as byte runs (state ``q``'s runs
         ``ptr[q]:ptr[q+1]`` start at bytes ``col`` and go to states ``dst``, 0 dead)."""
         n = ptr.size - 1
@@ -107,12 +138,15 @@ class ShiftClasses:
         e_off = e_dst - e_src
         fwd = _common_max(e_off[e_off > 0])
         back = _common_max(-e_off[e_off < 0])
-        ahead = fwd * max(depth - 1, 0)
-        if fwd == 0 or ahead + 1 >= n:
+        depth = trie.max_depth
+        if fwd == 0 or fwd * max(depth - 1, 0) + 1 >= n:
             return  # NOTE: no window fits in the DFA: nothing can match
-        rel = (e_off >= -back) & (e_off <= fwd)
-        self.low = reach_low(e_src[rel], e_dst[rel], n, depth - 1)
         rel = (dst != 0) & (off >= -back) & (off <= fwd)
+        ahead = reach_ahead(trie, byte_advance(ptr, col, off, rel))
+        if ahead + 1 >= n:
+            return
+        e_rel = (e_off >= -back) & (e_off <= fwd)
+        self.low = reach_low(e_src[e_rel], e_dst[e_rel], n, depth - 1)
         enc = np.where(rel, off - (fwd + 1), dst)
         # NOTE: distinct negative sentinels past the last state: a window running off the end
         # matches no other window. State q's window is keys[low[q] : q + ahead + 1].

@@ -311,7 +311,7 @@ class DfaIndex:
             if self._shifts is None and self.accept is None:
                 # NOTE: built on the first wide state off any cycle (a chain's copy, maybe)
                 ptr, dst, col = self._runs
-                self._shifts = ShiftClasses(ptr, col, dst, self.trie.max_depth)
+                self._shifts = ShiftClasses(ptr, col, dst, self.trie)
             return self._single(s)
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)

@@ -123,7 +123,7 @@ def test_no_chain_no_classes() -> None:
     index = DfaIndex(dfa.trans, TokenTrie(_vocab(n=300)), 10, RegionCache())
     index._neighbours()
     ptr, dst, col = index._runs
-    sc = shift_classes.ShiftClasses(ptr, col, dst, 40)
+    sc = shift_classes.ShiftClasses(ptr, col, dst, TokenTrie(_vocab(n=300)))
     assert sc.ahead == 0 and sc.match(1) == -1
 
 
