@@ -119,22 +119,24 @@ class EarleyEngine:
                     idx.compute(list(range(1, n)))
                     budget -= n - 1
             for idx in self.index:
-                if narrow and idx.trans.shape[0] - 1 > len(idx.masks):
-                    todo = self._narrow_states(idx)[:narrow]
+                if narrow > 0 and idx.trans.shape[0] - 1 > len(idx.masks):
+                    todo = self._narrow_states(idx, narrow)
                     idx.compute(todo)
                     narrow -= len(todo)
         except GrammarError:  # NOTE: compile budget spent: the rest on first visit
             pass
 
     @staticmethod
-    def _narrow_states(idx: DfaIndex) -> list[int]:
-        """States of ``idx`` that its sparse walk serves: few trie nodes below their first byte, or
-        below their first two bytes when they have few live bytes (NOTE: testing the two-byte
-        count of every state costs more than the masks; wide states have many live bytes)."""
+    def _narrow_states(idx: DfaIndex, limit: int) -> list[int]:
+        """Up to ``limit`` states of ``idx`` that its sparse walk serves: few trie nodes below their
+        first byte, or below their first two bytes when they have few live bytes (NOTE: testing the
+        two-byte count of every state costs more than the masks; wide states have many live
+        bytes). At most ``limit`` two-byte tests."""
         states = np.arange(1, idx.trans.shape[0])
         cheap = idx.cost[1:] < WIDE_NODES
-        few = states[~cheap & (idx.n_live[1:] <= EAGER_MID_LIVE)].tolist()
-        return states[cheap].tolist() + [s for s in few if idx.cost2(s) < WIDE_NODES]
+        out = states[cheap][:limit].tolist()
+        few = states[~cheap & (idx.n_live[1:] <= EAGER_MID_LIVE)][: limit - len(out)].tolist()
+        return out + [s for s in few if idx.cost2(s) < WIDE_NODES]
 
     @classmethod
     def from_rules(cls, root: Node, rules: dict[str, Node], info: TokenizerInfo, regions: RegionCache,
