@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixlm.grammar.ast import Node
+from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.errors import GrammarError
@@ -26,6 +27,7 @@ from radixlm.grammar.tokenizer_info import TokenizerInfo
 Thread = tuple[int, int, int]
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
 EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _eager_masks)
+EAGER_NARROW_SHARE = 0.25  # ... within this share of the compile budget left
 EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested for narrowness
 CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per terminal path)
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
@@ -118,11 +120,12 @@ class EarleyEngine:
                 if n - 1 <= budget:
                     idx.compute(list(range(1, n)))
                     budget -= n - 1
-            for idx in self.index:
-                if narrow > 0 and idx.trans.shape[0] - 1 > len(idx.masks):
-                    todo = self._narrow_states(idx, narrow)
-                    idx.compute(todo)
-                    narrow -= len(todo)
+            with budget_share(EAGER_NARROW_SHARE):  # NOTE: never what the compile needs after
+                for idx in self.index:
+                    if narrow > 0 and idx.trans.shape[0] - 1 > len(idx.masks):
+                        todo = self._narrow_states(idx, narrow)
+                        idx.compute(todo)
+                        narrow -= len(todo)
         except GrammarError:  # NOTE: compile budget spent: the rest on first visit
             pass
 

@@ -352,3 +352,25 @@ def test_chart_columns_are_shared_by_content() -> None:
         assert m.can_terminate()
         sizes.append(compiled.engine.chart.n_columns)
     assert sizes[0] == sizes[1] < 60, sizes
+
+
+def test_eager_masks_stop_within_their_budget_share(monkeypatch) -> None:
+    """Under a tight compile budget the eager narrow masks stop early (their share spent), the
+    compile still succeeds, and the masks left for first visits are still exact."""
+    from radixlm.grammar import earley_engine
+    from radixlm.grammar.budget import budget_spent, compile_budget
+
+    monkeypatch.setattr(earley_engine, "EAGER_TERMINAL_STATES", 0)
+    monkeypatch.setattr(earley_engine, "EAGER_NARROW_STATES", 0)
+    _compile(GrammarCompiler(_synthetic_info()), "ebnf", JSON_EBNF)  # NOTE: terminal DFAs memoized
+    with compile_budget(units=10**9):
+        _compile(GrammarCompiler(_synthetic_info()), "ebnf", JSON_EBNF)
+        base = budget_spent()  # the compile without eager masks
+    monkeypatch.setattr(earley_engine, "EAGER_NARROW_STATES", 10**6)
+    comp = GrammarCompiler(_synthetic_info())
+    info = comp.tokenizer_info
+    with compile_budget(units=base + 40):
+        compiled = _compile(comp, "ebnf", JSON_EBNF)
+    assert any(len(idx.masks) < idx.trans.shape[0] - 1 for idx in compiled.engine.index)
+    ref = lambda plain, state: _brute_mask(plain, state, info)  # noqa: E731
+    _check_walk(compiled, ref, _synthetic_encode(info, GRAMMARS[3][3][0]), random.Random(0), 0)
