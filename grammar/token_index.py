@@ -125,8 +125,13 @@ class DfaIndex:
             # NOTE: per byte run of the row (one target each) instead of per byte: the run's
             # pair weights are a difference of prefix sums over first bytes (same integer).
             row = self.trans[s]
-            starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-            ends = np.r_[starts[1:], 256]
+            change = np.empty(256, dtype=bool)
+            change[0] = True
+            np.not_equal(row[1:], row[:-1], out=change[1:])
+            starts = np.flatnonzero(change)
+            ends = np.empty_like(starts)
+            ends[:-1] = starts[1:]
+            ends[-1] = 256
             live = row[starts] != 0
             starts, ends = starts[live], ends[live]
             cum = self.trie.pair_prefix()
