@@ -19,22 +19,21 @@ class DfaEngine:
 
     def __init__(self, dfa: ByteDFA, info: TokenizerInfo, regions: RegionCache, eager: bool = True) -> None:
         self.dfa = dfa
-        live = dfa.trans != 0
-        count = live.sum(axis=1)
         # NOTE: cold states (reachable only through a rarely taken branch, see ast.cold) are left
         # to their first visit; every other state is precomputed when the DFA is small enough.
+        # Work here scales with the hot states only (most of a schema's states are cold).
         self.hot = np.arange(1, dfa.n_states) if dfa.hot is None else np.nonzero(dfa.hot)[0]
         self.hot = self.hot[self.hot != 0]
         # NOTE: the class trie (own regions cache) pays off when the masks to come would walk the
         # trie ~CLASS_TRIE_WALKS times (its build costs tens of walks): a DFA too large to
         # precompute (masks computed while serving), or a precomputed one with that much work.
         full = info.trie
-        work = np.minimum(live[self.hot] @ full.byte_weight.astype(np.float64), full.n_nodes).sum()
         lazy = not eager or self.hot.size > EAGER_STATES
-        trie = info.walk_trie(dfa.trans) if lazy or work > CLASS_TRIE_WALKS * full.n_nodes else full
+        trie = full
+        if lazy or _walk_work(dfa.trans[self.hot], full) > CLASS_TRIE_WALKS * full.n_nodes:
+            trie = info.walk_trie(dfa.trans)
         self.index = DfaIndex(dfa.trans, trie, info.mask_words, regions if trie is full else trie.regions)
-        self._forced = np.where(count == 1, live.argmax(axis=1), -1)
-        self._forced[dfa.accept] = -1
+        self._forced: dict[int, int] = {}  # state -> its one live byte, -1: none (filled lazily)
         self.eager = eager and self.hot.size <= EAGER_STATES
         if self.eager:
             try:
@@ -77,7 +76,9 @@ class DfaEngine:
         out = bytearray()
         rows = self.dfa.rows
         while len(out) < limit:
-            b = int(self._forced[state])
+            b = self._forced.get(state)
+            if b is None:
+                b = self._forced[state] = _forced_byte(self.dfa, state)
             if b < 0:
                 break
             out.append(b)
@@ -87,3 +88,21 @@ class DfaEngine:
     @property
     def n_states(self) -> int:
         return self.dfa.n_states
+
+
+def _walk_work(rows: np.ndarray, trie) -> float:
+    """Trie nodes a mask walk of each DFA row in ``rows`` (int ``[k, 256]``) would visit at most,
+    summed (each row capped at the whole trie)."""
+    # NOTE: einsum, not ``@``: a float matmul goes to a multi-threaded BLAS, whose threads cost
+    # more wall time than the product itself on a busy machine
+    per_row = np.einsum("ij,j->i", rows != 0, trie.byte_weight.astype(np.float64))
+    return float(np.minimum(per_row, trie.n_nodes).sum())
+
+
+def _forced_byte(dfa: ByteDFA, state: int) -> int:
+    """The one byte that keeps ``state`` alive when it is the only one and ``state`` does not
+    accept (the output must go on with it), else -1."""
+    if dfa.accept[state]:
+        return -1
+    live = np.flatnonzero(dfa.trans[state])
+    return int(live[0]) if live.size == 1 else -1

@@ -19,7 +19,10 @@ def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
     if a.start == 0 or (mode == "and" and b.start == 0):
         return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), 0)
     nb = b.n_states
-    ta, tb = a.trans.astype(np.int64), b.trans.astype(np.int64)
+    rep, cls = _joint_classes(a.trans, b.trans)
+    # NOTE: one column per byte class of both tables (bytes every state of a and b maps alike):
+    # the rows and the dedupe of each level are that much narrower than 256 bytes
+    ta, tb = a.trans[:, rep].astype(np.int64), b.trans[:, rep].astype(np.int64)
     start = a.start * nb + b.start
     ids: dict[int, int] = {start: 1}
     order = [start]
@@ -50,12 +53,33 @@ def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
         rows.append(mapped[inv.reshape(-1)].reshape(codes.shape))
         frontier = np.asarray(fresh, dtype=np.int64)
     trans = np.zeros((len(order) + 1, 256), dtype=np.int32)
-    trans[1:] = np.concatenate(rows)
+    trans[1:] = np.concatenate(rows)[:, cls]
     pairs = np.asarray(order, dtype=np.int64)
     acc_b = b.accept[pairs % nb]
     accept = np.zeros(len(order) + 1, dtype=bool)
     accept[1:] = a.accept[pairs // nb] & (acc_b if mode == "and" else ~acc_b)
     return _trim(trans, accept)
+
+
+_WEIGHTS = np.random.default_rng(12).integers(1, 2**62, size=(2, 2**16), dtype=np.int64)
+
+
+def _joint_classes(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte classes shared by two transition tables (int ``[n, 256]``): ``(rep, cls)``, int64:
+    ``rep[c]`` the first byte of class ``c``, ``cls[byte]`` its class. Columns are compared by a
+    random 64-bit hash, then checked exactly (a collision falls back to one class per byte)."""
+    if ta.shape[0] > _WEIGHTS.shape[1] or tb.shape[0] > _WEIGHTS.shape[1]:
+        every = np.arange(256)
+        return every, every
+    # NOTE: integer einsum (wrapping arithmetic; no BLAS), one hash per column
+    h = np.einsum("ij,i->j", ta.astype(np.int64), _WEIGHTS[0, : ta.shape[0]])
+    h ^= np.einsum("ij,i->j", tb.astype(np.int64), _WEIGHTS[1, : tb.shape[0]])
+    _, rep, cls = np.unique(h, return_index=True, return_inverse=True)
+    cls = cls.reshape(-1)
+    if not ((ta[:, rep[cls]] == ta).all() and (tb[:, rep[cls]] == tb).all()):
+        every = np.arange(256)
+        return every, every
+    return rep, cls
 
 
 def union(dfas: list[ByteDFA]) -> ByteDFA:
