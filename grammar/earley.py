@@ -35,6 +35,7 @@ class Chart:
         self.accepting: list[bool] = []
         self.memo: dict[tuple[int, int], int | None] = {}
         self.by_content: dict[tuple[frozenset[Item], bool], int] = {}  # see _new_column
+        self._predicted: dict[int, tuple[tuple[tuple[int, int, int | None], ...], frozenset[int]]] = {}
         self._new_column([(p, 0, 0) for p in self.by_lhs[cfg.start]])
 
     def _nullable(self) -> list[bool]:
@@ -67,11 +68,15 @@ class Chart:
         return k
 
     def _closure(self, seeds: list[Item], k: int) -> tuple[dict[int, list[Item]], bool]:
-        """Waiting items by symbol and the accepting flag of column ``k`` closed from ``seeds``."""
+        """Waiting items by symbol and the accepting flag of column ``k`` closed from ``seeds``.
+
+        Items from seeds and completions are closed one by one; a predicted nonterminal adds its
+        whole prediction closure at once (:meth:`_prediction`)."""
         seen: set[Item] = set()
+        predicted: set[int] = set()
         waiting: dict[int, list[Item]] = {}
         stack = list(seeds)
-        rhs_all, lhs_all, by_lhs, nullable = self.rhs, self.lhs, self.by_lhs, self.nullable
+        rhs_all, lhs_all, nullable = self.rhs, self.lhs, self.nullable
         start = self.cfg.start
         accepting = False
         while stack:
@@ -94,11 +99,56 @@ class Chart:
             waiting.setdefault(sym, []).append(item)
             if sym < 0:
                 nt = -sym - 1
-                for p2 in by_lhs[nt]:
-                    stack.append((p2, 0, k))
+                if nt not in predicted:
+                    items, nts = self._prediction(nt)
+                    predicted |= nts
+                    for p2, d2, sym2 in items:
+                        it = (p2, d2, k)
+                        if it in seen:
+                            continue
+                        seen.add(it)
+                        if sym2 is None:
+                            accepting = accepting or (lhs_all[p2] == start and k == 0)
+                        else:
+                            waiting.setdefault(sym2, []).append(it)
                 if nullable[nt]:
                     stack.append((p, d + 1, o))
         return waiting, accepting
+
+    def _prediction(self, nt: int) -> tuple[tuple[tuple[int, int, int | None], ...], frozenset[int]]:
+        """The items ``(production, dot, symbol after the dot or None)`` that predicting ``nt``
+        adds to a column (all with that column as origin), and the nonterminals it predicts.
+
+        NOTE: column-independent: predictions recurse on the nonterminal after the dot and skip
+        nullable ones (Aycock & Horspool). A completed item among them is redundant for the
+        column (its nonterminal is nullable, so whatever waits on it is skipped over anyway)."""
+        got = self._predicted.get(nt)
+        if got is None:
+            rhs_all, by_lhs, nullable = self.rhs, self.by_lhs, self.nullable
+            seen: set[tuple[int, int]] = set()
+            nts = {nt}
+            out: list[tuple[int, int, int | None]] = []
+            stack = [(p, 0) for p in by_lhs[nt]]
+            while stack:
+                p, d = stack.pop()
+                if (p, d) in seen:
+                    continue
+                seen.add((p, d))
+                rhs = rhs_all[p]
+                if d == len(rhs):
+                    out.append((p, d, None))
+                    continue
+                sym = rhs[d]
+                out.append((p, d, sym))
+                if sym < 0:
+                    n2 = -sym - 1
+                    if n2 not in nts:
+                        nts.add(n2)
+                        stack.extend((p2, 0) for p2 in by_lhs[n2])
+                    if nullable[n2]:
+                        stack.append((p, d + 1))
+            got = self._predicted[nt] = (tuple(out), frozenset(nts))
+        return got
 
     def advance(self, col: int, term: int) -> int | None:
         """The column after scanning ``term`` in ``col`` (None if ``term`` is not expected)."""
