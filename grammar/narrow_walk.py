@@ -14,7 +14,7 @@ import numpy as np
 
 from radixlm.grammar.trie import TokenTrie
 
-STEP_BUDGET = 600  # (pair, byte) steps before the Python walk hands over to the vectorized one
+STEP_BUDGET = 300  # (pair, byte) steps before the Python walk hands over to the vectorized one
 SCAN_CHILDREN = 32  # nodes with up to this many children are scanned, larger ones looked up by byte
 
 
@@ -34,6 +34,58 @@ class NarrowWalker:
         self._token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
         self._live: dict[int, list[int]] = {}  # state -> its live bytes
         self._kids: dict[int, dict[int, int]] = {}  # node -> {byte: child}
+        self._diff: dict[tuple[int, int], list[int]] = {}  # (s, g) -> bytes where their rows differ
+
+    def _kid_map(self, node: int) -> dict[int, int]:
+        kids = self._kids.get(node)
+        if kids is None:
+            lo, byte_ = self._lo[node], self._byte
+            kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + self._cnt[node])}
+        return kids
+
+    def delta(self, s: int, g: int, budget: int = STEP_BUDGET) -> tuple[list[int], list[int]] | None:
+        """The lockstep walk of :func:`radixlm.grammar.token_delta.delta_mask` from ``(s, g)``:
+        ``(tokens, live)``, the primary tokens of the nodes where the two reach different states
+        and those among them live from ``s``; None past ``budget`` steps."""
+        rows, lo_, cnt_, byte_, token_ = self._rows, self._lo, self._cnt, self._byte, self._token
+        if rows is None:
+            return None
+        if len(self._diff) > 4096:
+            self._diff.clear()  # NOTE: bounded; rebuilt on demand
+        tokens: list[int] = []
+        live: list[int] = []
+        stack = [(0, s, g)]
+        steps = 0
+        while stack:
+            node, qs, qg = stack.pop()
+            cnt = cnt_[node]
+            if not cnt:
+                continue
+            lo, bs, bg = lo_[node], qs << 8, qg << 8
+            diff = None
+            if cnt > SCAN_CHILDREN:
+                diff = self._diff.get((qs, qg))
+                if diff is None:
+                    diff = self._diff[(qs, qg)] = np.flatnonzero(self.trans[qs] != self.trans[qg]).tolist()
+            if diff is not None and len(diff) < cnt:
+                steps += len(diff)
+                kids = self._kid_map(node)
+                cands = [(kids[b], b) for b in diff if b in kids]
+            else:
+                steps += cnt
+                cands = [(c, byte_[c]) for c in range(lo, lo + cnt)]
+            for c, b in cands:
+                ns, ng = rows[bs | b], rows[bg | b]
+                if ns != ng:  # NOTE: equal (both dead included): the subtree agrees with g
+                    stack.append((c, ns, ng))
+                    t = token_[c]
+                    if t >= 0:
+                        tokens.append(t)
+                        if ns:
+                            live.append(t)
+            if steps > budget:
+                return None
+        return tokens, live
 
     def tokens(self, starts: list[tuple[int, int]], budget: int = STEP_BUDGET) -> list[int] | None:
         """Primary token ids (``node_token``) of the trie nodes below the ``(node, state)`` pairs

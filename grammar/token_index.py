@@ -11,20 +11,23 @@ states on short cycles through the state (a string body with its escapes and UTF
 states, a digit loop). Tokens that stay inside the region are the same wherever that region
 appears, so they are computed once per tokenizer and region shape (:class:`RegionCache`); only
 tokens that leave it (a closing quote and what follows) are walked per state.
+
+First visits while serving (one or a few states per call) avoid numpy's per-call overhead where
+they can: narrow states, region exits and differential masks walk the trie in Python under a step
+budget (:mod:`radixlm.grammar.narrow_walk`), and the copies of a counting chain (``maxLength``
+strings) share masks (:mod:`radixlm.grammar.shift_classes`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.mask_pack import pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
+from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
@@ -34,41 +37,6 @@ REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) sta
 FEW_NARROW = 4  # first visits of up to this many narrow states try Python walks first
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
-
-
-@dataclass
-class RegionEntry:
-    """What a loop region admits, independent of where it appears."""
-
-    internal: np.ndarray  # int32 [words]: tokens that end inside the region
-    exit_nodes: np.ndarray  # trie nodes whose last byte leaves the region
-    exit_from: np.ndarray  # canonical region state before that byte
-    accept_nodes: np.ndarray  # nodes ending in an accepting region state (if accept was given)
-
-
-class RegionCache:
-    """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape."""
-
-    def __init__(self, capacity: int = 512) -> None:
-        self.capacity = capacity
-        self.entries: OrderedDict[bytes, RegionEntry] = OrderedDict()
-        self.hits = self.misses = 0
-        self._lock = threading.Lock()  # NOTE: compile threads and the scheduler share one cache
-
-    def get(self, key: bytes) -> RegionEntry | None:
-        with self._lock:
-            got = self.entries.get(key)
-            if got is not None:
-                self.entries.move_to_end(key)
-                self.hits += 1
-            return got
-
-    def put(self, key: bytes, entry: RegionEntry) -> None:
-        with self._lock:
-            self.misses += 1
-            self.entries[key] = entry
-            if len(self.entries) > self.capacity:
-                self.entries.popitem(last=False)
 
 
 class DfaIndex:
@@ -225,6 +193,22 @@ class DfaIndex:
             self.masks[s] = got
         return left
 
+    def _delta(self, s: int, g: int, base: np.ndarray) -> np.ndarray:
+        """``mask(s)`` from ``base = mask(g)`` (:mod:`radixlm.grammar.token_delta`): a Python
+        lockstep walk when the states differ on few nodes, else the vectorized one."""
+        if self._walker is None:
+            self._walker = NarrowWalker(self.trans, self.trie)
+        got = self._walker.delta(s, g)
+        if got is None:
+            return delta_mask(self.trans, self.trie, self.words, s, g, base, pack_tokens)
+        tokens, live = got
+        if not tokens:
+            return base  # NOTE: as delta_mask: the same array (tables dedup rows by identity)
+        out = base & ~pack_few(np.asarray(tokens, dtype=np.int64), self.trie, self.words)
+        if live:
+            out = out | pack_few(np.asarray(live, dtype=np.int64), self.trie, self.words)
+        return out
+
     def _few_exits(self, s: int, internal: np.ndarray, exit_nodes: np.ndarray, e: np.ndarray) -> bool:
         """Mask of region state ``s`` (see :meth:`_finish_exits`) by a Python walk below its exit
         nodes; False when the walk was not narrow enough (nothing is set then)."""
@@ -309,7 +293,7 @@ class DfaIndex:
                     base = self.mask(g)
                 finally:
                     self._busy.discard(s)
-                return delta_mask(self.trans, self.trie, self.words, s, g, base, pack_tokens)
+                return self._delta(s, g, base)
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():

@@ -177,3 +177,25 @@ def test_narrow_walker_equals_walk_from() -> None:
         tok = trie.node_token[node]
         assert sorted(got) == sorted(tok[tok >= 0].tolist()), s
     assert NarrowWalker(dfa.trans, trie).tokens([(0, dfa.start)], budget=0) is None
+
+
+def test_python_delta_equals_delta_mask() -> None:
+    """The Python lockstep walk gives delta_mask's masks (the same array when nothing differs)."""
+    from radixlm.grammar.mask_pack import pack_tokens
+    from radixlm.grammar.token_delta import delta_mask
+
+    dfa = regex_to_dfa(CHAIN % 20)
+    tokens = _vocab(n=3000)
+    trie = TokenTrie(tokens)
+    words = (len(tokens) + 31) // 32
+    index = DfaIndex(dfa.trans, trie, words, RegionCache())
+    rng = random.Random(4)
+    pairs = [(rng.randrange(1, dfa.n_states), rng.randrange(1, dfa.n_states)) for _ in range(60)]
+    pairs += [(s, s) for s in range(1, 6)]
+    for s, g in pairs:
+        base = index.mask(g)
+        want = delta_mask(dfa.trans, trie, words, s, g, base, pack_tokens)
+        got = index._delta(s, g, base)
+        assert np.array_equal(got, want), (s, g)
+        assert (got is base) == (want is base), (s, g)
+        assert np.array_equal(got, _brute(dfa, tokens, s, words)), (s, g)
