@@ -11,6 +11,8 @@ states (merged with what follows the block) go through the general construction.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
@@ -19,6 +21,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.trie import expand
 
 MAX_DFA_STATES = 100_000
+_first = itemgetter(0)
 
 
 def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
@@ -59,7 +62,9 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         got = row_cache[i]
         if got is None:
             off = offset[i]
-            got = row_cache[i] = _disjoint([(lo, hi, close(off + t)) for lo, hi, t in nedges[i]])
+            got = [(lo, hi, close(off + t)) for lo, hi, t in nedges[i]]
+            # NOTE: a block state's runs (``off``: its block's base) are sorted and disjoint
+            got = row_cache[i] = got if off else _disjoint(got)
         return got
 
     hot_nfa = _hot_states(nfa, start) if nfa.gates or any(d.hot is not None for _, d in nfa.blocks) else None
@@ -128,6 +133,7 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
 
     if target(close(start)) != 1:
         raise AssertionError("the start state must be DFA state 1")
+    ids_get = ids.get
     k = 0
     work = 0  # NOTE: budget units: set members and edges handled (a large subset costs more)
     while k < len(queue):
@@ -143,7 +149,8 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
             check_budget("determinizing an automaton", work)
             work = 0
         for lo, hi, tgt in edges:
-            flat += (d, lo, hi, target(tgt))
+            t = ids_get(tgt)  # NOTE: most targets are known: a dict hit, no call
+            flat += (d, lo, hi, t if t is not None else target(tgt))
     n_ids = count[0] + 1
     trans = np.zeros((n_ids, 256), dtype=np.int32)
     if flat:
@@ -192,8 +199,13 @@ def _reach(dfa: ByteDFA, t: int) -> tuple[np.ndarray, list[int]]:
 
 def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:
     """Byte-range edges as disjoint ranges in byte order (overlaps: the union of the targets)."""
-    edges.sort(key=lambda e: e[0])
-    if all(edges[j][0] > edges[j - 1][1] for j in range(1, len(edges))):
+    edges.sort(key=_first)
+    prev = -1
+    for e in edges:
+        if e[0] <= prev:
+            break
+        prev = e[1]
+    else:
         return edges
     cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
     out = []
@@ -205,7 +217,12 @@ def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, i
             j += 1
         active = [e for e in active if e[1] >= a]
         if active:
-            tgt = active[0][2] if len(active) == 1 else frozenset().union(*(e[2] for e in active))
+            if len(active) == 1:
+                tgt = active[0][2]
+            elif len(active) == 2:
+                tgt = active[0][2] | active[1][2]
+            else:
+                tgt = frozenset().union(*(e[2] for e in active))
             out.append((a, b - 1, tgt))
     return out
 
