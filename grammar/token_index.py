@@ -64,6 +64,7 @@ class DfaIndex:
         self._runs: tuple[np.ndarray, ...] = ()  # (ptr, dst, first byte) of each row's byte runs
         self._shifts: ShiftClasses | None = None  # states sharing masks (see _wide)
         self._walker: NarrowWalker | None = None  # Python walks of single narrow states
+        self._adj: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # see _bfs
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -265,17 +266,23 @@ class DfaIndex:
     def _region(self, s: int) -> list[int]:
         """States on cycles of <= REGION_CYCLE bytes through ``s`` (``s`` first)."""
         succ_ptr, succ, pred_ptr, pred = self._neighbours()
-        fwd = self._bfs(s, succ_ptr, succ)
-        back = self._bfs(s, pred_ptr, pred)
+        fwd = self._bfs(s, succ_ptr, succ, self._adj[0])
+        back = self._bfs(s, pred_ptr, pred, self._adj[1])
         return [s] + sorted((fwd & back) - {s})
 
-    def _bfs(self, s: int, ptr: np.ndarray, nbrs: np.ndarray) -> set[int]:
+    @staticmethod
+    def _bfs(s: int, ptr: np.ndarray, nbrs: np.ndarray, adj: dict[int, list[int]]) -> set[int]:
+        """States within REGION_CYCLE moves of ``s`` along ``ptr``/``nbrs`` (CSR); ``adj``
+        caches each state's list (NOTE: regions of neighbouring states overlap)."""
         seen = {s}
         frontier = [s]
         for _ in range(REGION_CYCLE):
             nxt = []
             for q in frontier:
-                for r in nbrs[ptr[q] : ptr[q + 1]].tolist():
+                out = adj.get(q)
+                if out is None:
+                    out = adj[q] = nbrs[ptr[q] : ptr[q + 1]].tolist()
+                for r in out:
                     if r not in seen:
                         seen.add(r)
                         nxt.append(r)
