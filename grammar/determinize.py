@@ -272,11 +272,33 @@ def _block_offsets(nfa) -> list[int]:
     return offset
 
 
+def _hot_inner(dfa: ByteDFA) -> np.ndarray:
+    """int64 states of ``dfa`` that its start reaches through states it marks hot (all of them
+    when it marks none cold); cached on the DFA."""
+    got = dfa.__dict__.get("_hot_inner")
+    if got is None:
+        if dfa.hot is None:
+            got = np.arange(1, dfa.n_states)
+        else:
+            # NOTE: a hot state (one with a hot member) reached only through cold ones stays cold
+            runs, hot = dfa.runs(), dfa.hot.tolist()
+            seen = {dfa.start}
+            stack = [dfa.start]
+            while stack:
+                for _, _, u in runs[stack.pop()]:
+                    if hot[u] and u not in seen:
+                        seen.add(u)
+                        stack.append(u)
+            got = np.asarray(sorted(seen), dtype=np.int64)
+        dfa.__dict__["_hot_inner"] = got
+    return got
+
+
 def _hot_states(nfa, start: int) -> np.ndarray:
     """bool ``[n NFA states]``: reachable from ``start`` without entering a cold branch (a gate's
     edges, or a state an embedded DFA marks cold). An embedded DFA is entered only at its start
-    state, and its hot states are those its own start reaches through hot ones: the block's hot
-    states are marked at once, and the walk goes on from the block's end."""
+    state: its states reachable through its hot ones are marked at once (:func:`_hot_inner`),
+    and the walk goes on from the block's end."""
     n = len(nfa.eps)
     gate = [False] * n
     for g in nfa.gates:
@@ -298,7 +320,7 @@ def _hot_states(nfa, start: int) -> np.ndarray:
         nxt = list(eps[x])
         if block is not None:
             base, dfa = block
-            inner = np.nonzero(dfa.hot)[0] if dfa.hot is not None else np.arange(1, dfa.n_states)
+            inner = _hot_inner(dfa)
             hot[base + inner] = True
             ends = inner[dfa.accept[inner]]
             if ends.size:  # NOTE: every accepting state leads to the same fragment end
