@@ -5,8 +5,11 @@ Embedded DFAs (``("dfa", d)`` nodes, copied into the NFA as blocks of states) ar
 bulk: a DFA state that is one non-accepting state of a block only ever leads to other such states
 or to the block's accepting states (the only ones with epsilon edges out of the block), so every
 non-accepting block state reachable from it without crossing an accepting one becomes a DFA state
-at once, its transition row copied from the embedded DFA's table by numpy. Only the accepting
-states (merged with what follows the block) go through the general construction.
+at once, its transition row copied from the embedded DFA's table by numpy. The same holds for a
+set of blocks that copy one embedded DFA and sit at the same local state (the any-order copies of
+a pair read in lockstep): such a group is copied in bulk too. Only the accepting states (merged
+with what follows the block) go through the general construction. A block's edge lists are the
+embedded DFA's own byte runs, targets local to the block (``_block_offsets`` adds the base).
 """
 
 from __future__ import annotations
