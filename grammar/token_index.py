@@ -58,7 +58,8 @@ class DfaIndex:
         self._busy: set[int] = set()  # states whose mask is being derived from a reference
         live = trans != 0
         self.n_live = live.sum(axis=1)
-        self.cost = (live @ trie.byte_weight.astype(np.float64)).astype(np.int64)  # NOTE: BLAS, exact
+        # NOTE: einsum, not a matmul: BLAS would spread this over its worker threads (exact either way)
+        self.cost = np.einsum("ij,j->i", live, trie.byte_weight.astype(np.float64)).astype(np.int64)
         self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._runs: tuple[np.ndarray, ...] = ()  # (ptr, dst, first byte) of each row's byte runs
