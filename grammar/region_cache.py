@@ -30,6 +30,7 @@ class RegionCache:
         self._lock = threading.Lock()  # NOTE: compile threads and the scheduler share one cache
 
     def get(self, key: bytes) -> RegionEntry | None:
+        """The entry of a region shape (its canonical hash), marked recently used; None if absent."""
         with self._lock:
             got = self.entries.get(key)
             if got is not None:
@@ -38,6 +39,7 @@ class RegionCache:
             return got
 
     def put(self, key: bytes, entry: RegionEntry) -> None:
+        """Store a new region shape's entry, dropping the least recently used past capacity."""
         with self._lock:
             self.misses += 1
             self.entries[key] = entry

@@ -165,6 +165,8 @@ class ShiftClasses:
         return int(self.hash[s]), s - int(self.low[s])
 
     def match(self, s: int) -> int:
+        """A registered state whose mask ``s`` shares (its rows agree with ``s``'s, shifted, over
+        the whole reach; checked exactly after the hash lookup), ``s`` itself if registered, or -1."""
         if not self.ahead:
             return -1
         t = self.known.get(self._key(s), -1)
@@ -177,5 +179,6 @@ class ShiftClasses:
         return t
 
     def register(self, s: int) -> None:
+        """Offer ``s`` (whose mask is now known) as the representative of its key."""
         if self.ahead:
             self.known.setdefault(self._key(s), s)
