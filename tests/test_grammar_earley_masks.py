@@ -25,6 +25,7 @@ from radixlm.grammar.cfg import CFG
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.earley_engine import EarleyEngine
 from radixlm.grammar.maskbench import encode_exact, load_tokenizer, shared_data
+from radixlm.grammar.testing import ARITH_EBNF, JSON_EBNF
 from radixlm.grammar.token_index import walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
@@ -35,26 +36,6 @@ FOREST = {"$defs": TREE["$defs"], "type": "array", "items": {"$ref": "#/$defs/n"
 LINKED = {"$defs": {"l": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
     "h": {"type": "integer"}, "t": {"$ref": "#/$defs/l"}}, "required": ["h", "t"], "additionalProperties": False}]}},
     "$ref": "#/$defs/l"}
-JSON_EBNF = r"""
-root: value
-?value: object | array | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
-array: "[" [value ("," value)*] "]"
-object: "{" [pair ("," pair)*] "}"
-pair: ESCAPED_STRING ":" value
-%import common.ESCAPED_STRING
-%import common.SIGNED_NUMBER
-%import common.WS
-%ignore WS
-"""
-ARITH_EBNF = """
-root: expr
-?expr: term (("+" | "-") term)*
-?term: factor (("*" | "/") factor)*
-?factor: NUMBER | "(" expr ")" | "-" factor
-%import common.NUMBER
-%import common.WS_INLINE
-%ignore WS_INLINE
-"""
 NESTED_EBNF = 'root: list\nlist: "[" [item ("," item)*] "]"\nitem: list | /[0-9]+/'
 
 

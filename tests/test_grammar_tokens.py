@@ -15,6 +15,7 @@ from radixlm.grammar import (GrammarError, GrammarMatcher, allocate_token_bitmas
 from radixlm.grammar.bitmask import unpack_bitmask
 from radixlm.grammar.maskbench import (DEFAULT_TOKENIZER, TOKENIZERS, encode_exact, load_compiler, load_tokenizer,
                                        shared_data, tokenizer_available)
+from radixlm.grammar.testing import ARITH_EBNF, JSON_EBNF
 
 
 def tokenizers(*names: str) -> list:
@@ -237,26 +238,8 @@ def test_jump_forward_keeps_output_valid(name: str) -> None:
 
 
 EBNF_CASES = [
-    ("arith", """
-root: expr
-?expr: term (("+" | "-") term)*
-?term: factor (("*" | "/") factor)*
-?factor: NUMBER | "(" expr ")" | "-" factor
-%import common.NUMBER
-%import common.WS_INLINE
-%ignore WS_INLINE
-""", ["1+2*3", "(1 + 2) * -3.5", " 4 "], ["1+", "(1", "1 2"]),
-    ("json", r"""
-root: value
-?value: object | array | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
-array: "[" [value ("," value)*] "]"
-object: "{" [pair ("," pair)*] "}"
-pair: ESCAPED_STRING ":" value
-%import common.ESCAPED_STRING
-%import common.SIGNED_NUMBER
-%import common.WS
-%ignore WS
-""", ['{"a": [1, {"b": null}], "c": "x"}', "[]", ' [ true ] '], ['{"a" 1}', "[1,]", "nul"]),
+    ("arith", ARITH_EBNF, ["1+2*3", "(1 + 2) * -3.5", " 4 "], ["1+", "(1", "1 2"]),
+    ("json", JSON_EBNF, ['{"a": [1, {"b": null}], "c": "x"}', "[]", ' [ true ] '], ['{"a" 1}', "[1,]", "nul"]),
     ("case-insensitive keyword", 'root: "select"i " " NAME\nNAME: /[a-z_]+/', ["SeLeCt a_b"], ["select", "selec a"]),
 ]
 
