@@ -103,6 +103,17 @@ def _rotate_heads(x_ptr, stride_t, stride_h, t, cos, sin, NUM_HEADS, HALF: tl.co
 
 
 @triton.jit
+def _cos_sin(cache_ptr, pos, stride_c, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """fp32 ``cos`` and ``sin`` halves ``[BLOCK_HALF]`` of table row ``pos`` (zeros past ``HALF``)."""
+    offs_d = tl.arange(0, BLOCK_HALF)
+    mask_d = offs_d < HALF
+    row = cache_ptr + pos * stride_c
+    cos = tl.load(row + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    sin = tl.load(row + HALF + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
 def _rotary_kernel(
     q_ptr, k_ptr, pos_ptr, cache_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_c,
@@ -110,11 +121,7 @@ def _rotary_kernel(
     HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + t).to(tl.int64)
-    offs_d = tl.arange(0, BLOCK_HALF)
-    mask_d = offs_d < HALF
-    cos = tl.load(cache_ptr + pos * stride_c + offs_d, mask=mask_d, other=0.0).to(tl.float32)
-    sin = tl.load(cache_ptr + pos * stride_c + HALF + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    cos, sin = _cos_sin(cache_ptr, tl.load(pos_ptr + t).to(tl.int64), stride_c, HALF, BLOCK_HALF)
     _rotate_heads(q_ptr, stride_qt, stride_qh, t, cos, sin, HQ, HALF, BLOCK_HQ, BLOCK_HALF)
     _rotate_heads(k_ptr, stride_kt, stride_kh, t, cos, sin, HK, HALF, BLOCK_HK, BLOCK_HALF)
 

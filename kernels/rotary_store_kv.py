@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from radixlm.kernels._triton import check_triton, next_pow2, tl, triton
-from radixlm.kernels.rotary import _rotate_heads, apply_rotary_ref
+from radixlm.kernels.rotary import _cos_sin, _rotate_heads, apply_rotary_ref
 from radixlm.kernels.store_kv import store_kv_ref
 
 
@@ -48,12 +48,10 @@ def _rotary_store_kv_kernel(
     HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    pos = tl.load(pos_ptr + t).to(tl.int64)
     slot = tl.load(loc_ptr + t).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_HALF)
     mask_d = offs_d < HALF
-    cos = tl.load(cache_ptr + pos * stride_c + offs_d, mask=mask_d, other=0.0).to(tl.float32)
-    sin = tl.load(cache_ptr + pos * stride_c + HALF + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    cos, sin = _cos_sin(cache_ptr, tl.load(pos_ptr + t).to(tl.int64), stride_c, HALF, BLOCK_HALF)
     _rotate_heads(q_ptr, stride_qt, stride_qh, t, cos, sin, HQ, HALF, BLOCK_HQ, BLOCK_HALF)
 
     offs_h = tl.arange(0, BLOCK_HK)
