@@ -202,8 +202,8 @@ class ModelRunner:
         if self.cuda_graph is not None:
             if batch.mode == ForwardMode.DECODE and self.cuda_graph.can_run(len(batch.slices)):
                 return self._replay_decode(batch, input_ids)
-            if input_ids is None and self._flat_decode_ok(batch):
-                return self._forward_flat_decode(batch)
+            if self._flat_decode_ok(batch):
+                return self._forward_flat_decode(batch, input_ids)
         fb = self._forward_batch(batch, input_ids)
         hidden = self.model(fb.input_ids, fb.positions, fb)
         index, offset, per_slice = [], 0, []
@@ -246,24 +246,28 @@ class ModelRunner:
         reqs = [s.req for s in slices] if len(slices) == len(rows) else [s.req for s in slices for _ in range(s.length)]
         return self.cascade.plan(reqs, rows, seq_lens, max_chunks)
 
-    def _forward_flat_decode(self, batch: ScheduleBatch) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
+    def _forward_flat_decode(
+        self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[tuple[int, list[int]]]]:
         """Every new token as its own decode row: row ``p`` of a slice reads the request's
         ``req_to_token`` row up to position ``p`` (its KV, and that of the tokens before it in this
         step, is stored before attention), which is causal attention over prefix + slice. Same
-        contract as :meth:`forward_logits`."""
+        contract as :meth:`forward_logits` (``input_ids``: all ``batch.num_tokens`` ids, on the
+        device, in slice order)."""
         ids, pos, rows, index, per_slice = [], [], [], [], []
         for s in batch.slices:
             per_slice.append((len(index), s.logit_positions()))
-            index.extend(len(ids) + p - s.start for p in per_slice[-1][1])
-            ids.extend(s.token_ids())
+            index.extend(len(pos) + p - s.start for p in per_slice[-1][1])
+            if input_ids is None:
+                ids.extend(s.token_ids())
             pos.extend(range(s.start, s.end))
             rows.extend([s.req.req_pool_idx] * s.length)
         # NOTE: a verify batch's slices keep their slots' host copy: they join the graph inputs'
         # host-to-device copy (no device copy of out_cache_loc on the step's critical path)
         slots = [t for s in batch.slices for t in s.slots.tolist()] if batch.verify else None
         plan = self._cascade_plan(batch.slices, rows, [p + 1 for p in pos], self.cuda_graph.cascade_chunks(len(rows)))
-        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, slots=slots, cascade=plan)
-        if len(index) == len(ids) and index[-1] == len(ids) - 1:  # every row samples: no gather
+        logits = self.cuda_graph.replay(ids, pos, rows, batch.out_cache_loc, input_ids, slots=slots, cascade=plan)
+        if len(index) == len(pos) and index[-1] == len(pos) - 1:  # every row samples: no gather
             return logits, per_slice
         return logits[to_device(index, self.device)], per_slice
 

@@ -49,6 +49,7 @@ class OverlapScheduler(Scheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.inflight: tuple[ScheduleBatch, DecodeHandle] | None = None
+        self.jump_steps = 0  # overlapped steps that carried jump-forward rows
 
     def has_work(self) -> bool:
         return super().has_work() or self.inflight is not None
@@ -68,8 +69,8 @@ class OverlapScheduler(Scheduler):
                 return aborted
             return aborted + self._run_batch(batch)
         prev, handle = self.inflight
-        nxt = self._followup(prev)
-        logits = self._forward(nxt, handle.next_ids) if nxt is not None else None
+        follow = self._followup(prev, handle.next_ids)
+        nxt, logits = (follow[0], self._forward(*follow)) if follow is not None else (None, None)
         nxt_handle = None
         if nxt is not None and not _has_grammar(nxt):
             nxt_handle = self._sample(nxt, logits)
@@ -97,31 +98,89 @@ class OverlapScheduler(Scheduler):
 
     def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
         """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
-        appended text after this step was launched); their slots go back, their state is kept."""
+        appended text after this step was launched); their slots go back, their state is kept.
+        In a batch with multi-token rows (a jump step) requests finished while it was in flight
+        leave here too, with all their slots."""
         drop = batch.drop
-        if not drop:
+        multi = batch.verify and any(s.length != 1 for s in batch.slices)
+        if not drop and not multi:
             return batch, outs
-        keep = [i for i, s in enumerate(batch.slices) if id(s.req) not in drop]
-        gone = [i for i, s in enumerate(batch.slices) if id(s.req) in drop]
-        self.allocator.free(batch.out_cache_loc[gone])
-        kept = ScheduleBatch(batch.mode, [batch.slices[i] for i in keep], out_cache_loc=batch.out_cache_loc[keep])
-        return kept, [outs[i] for i in keep]
+        keep, gone, off = [], [], 0
+        for i, s in enumerate(batch.slices):
+            gone_now = id(s.req) in drop or (multi and s.req.finished)
+            (gone if gone_now else keep).append((i, off, s.length))
+            off += s.length
+        if not gone:
+            return batch, outs
+        tokens = lambda rows: torch.tensor([t for _, o, n in rows for t in range(o, o + n)], dtype=torch.long)
+        self.allocator.free(batch.out_cache_loc[tokens(gone).to(batch.out_cache_loc.device)])
+        kept = ScheduleBatch(batch.mode, [batch.slices[i] for i, _, _ in keep],
+                             out_cache_loc=batch.out_cache_loc[tokens(keep).to(batch.out_cache_loc.device)],
+                             verify=batch.verify)
+        return kept, [outs[i] for i, _, _ in keep]
 
-    def _followup(self, prev: ScheduleBatch) -> ScheduleBatch | None:
-        """The decode batch after ``prev`` for the same requests, or None when the scheduler must
-        look at results first."""
+    def _followup(self, prev: ScheduleBatch, next_ids: torch.Tensor) -> tuple[ScheduleBatch, torch.Tensor] | None:
+        """The step after ``prev`` for the same requests and its input ids on the device, or None
+        when the scheduler must look at results first. Every request decodes one token (its token
+        sampled by ``prev``, ``next_ids``) except those whose processing appended jump-forward text
+        after ``prev`` was launched (``prev`` drops their token): their row is an extend of the
+        sampled token and the forced tokens, so jumps keep the GPU busy too (a jump step, run as a
+        ``verify``-style batch of running requests; only where it replays through a CUDA graph, or
+        on CPU)."""
         reqs = prev.reqs
         if self.waiting or self.chunked_req is not None or self.running != reqs:
             return None
-        if any(r.needs_extend or _needs_host_logits(r) for r in reqs):
+        if any(_needs_host_logits(r) for r in reqs):
             return None
-        if self.allocator.available_size() < len(reqs):
+        jumped = [r.needs_extend for r in reqs]
+        if not any(jumped):
+            if self.allocator.available_size() < len(reqs):
+                return None
+            slots = self.allocator.alloc(len(reqs))
+            # NOTE: a request's KV reaches its prev slice's end once prev is processed.
+            self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [s.end for s in prev.slices], slots)
+            slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
+            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots), next_ids
+        return self._jump_step(prev, next_ids, jumped)
+
+    def _jump_step(self, prev: ScheduleBatch, next_ids: torch.Tensor, jumped: list[bool]):
+        """:meth:`_followup` with jump-forward rows (see there), or None."""
+        if any(j and id(s.req) not in prev.drop for s, j in zip(prev.slices, jumped)):
             return None
-        slots = self.allocator.alloc(len(reqs))
-        # NOTE: kv_len is still step k's start; step k+1 writes one position further.
-        self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len + 1 for r in reqs], slots)
-        slices = [ReqSlice(r, r.kv_len + 1, r.kv_len + 2, True) for r in reqs]
-        return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots)
+        # NOTE: a jumped request's KV stays at its kv_len (prev's row of it is dropped); its row
+        # covers the token it sampled before the jump and the forced tokens.
+        spans = [(s.req.kv_len, s.req.num_tokens) if j else (s.end, s.end + 1) for s, j in zip(prev.slices, jumped)]
+        lens = [hi - lo for lo, hi in spans]
+        probe = ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(s.req, lo, hi, True) for s, (lo, hi) in
+                                                    zip(prev.slices, spans)], verify=True)
+        runner = self.runner
+        if runner.cuda_graph is not None and not runner._flat_decode_ok(probe):
+            return None
+        total = sum(lens)
+        got = self.allocator.alloc_with_host(total) if self.allocator.available_size() >= total else None
+        if got is None:
+            return None
+        slots, host = got
+        rows = [s.req.req_pool_idx for s, n in zip(prev.slices, lens) for _ in range(n)]
+        self.req_to_token_pool.write_batch(rows, [p for lo, hi in spans for p in range(lo, hi)], slots)
+        ids, sampled_at, take, off = [], [], [], 0
+        for i, (s, j, (lo, hi)) in enumerate(zip(probe.slices, jumped, spans)):
+            s.slots = host[off : off + hi - lo]
+            if j:
+                s.req.needs_extend = False
+                ids.extend(s.req.token_slice(lo, hi))
+            else:
+                ids.append(0)
+                sampled_at.append(off)
+                take.append(i)
+            off += hi - lo
+        input_ids = torch.tensor(ids, dtype=torch.long).to(next_ids.device, non_blocking=True)
+        if take:
+            at, src = torch.tensor([sampled_at, take], dtype=torch.long).to(next_ids.device, non_blocking=True)
+            input_ids[at] = next_ids[src].to(input_ids.dtype)
+        probe.out_cache_loc = slots
+        self.jump_steps += 1
+        return probe, input_ids
 
     def flush_cache(self) -> bool:
         return False if self.inflight is not None else super().flush_cache()
