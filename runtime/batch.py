@@ -3,20 +3,22 @@ needed. Built by the scheduler from ``Req`` objects; turned into tensors by the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.request import Req
 
 
-@dataclass
+@dataclass(slots=True)
 class ReqSlice:
     """The part of one request computed this step: ``all_ids[start:end]`` with KV written at
     positions ``start..end-1``. ``sample`` is True when ``end`` reaches the end of the request's
     tokens (a next token is drawn). Positions ``p`` in ``[logprob_from, logprob_to)`` yield the
     input logprob of ``all_ids[p + 1]`` (an empty range when none are asked for).
     ``draft_ids`` (speculative verify step): draft tokens that follow ``all_ids[start:]`` in this
-    slice (not yet output); every position of the slice then yields logits."""
+    slice (not yet output); every position of the slice then yields logits. Slotted, with an
+    immutable ``draft_ids`` default: a decode step builds one per running request."""
 
     req: Req
     start: int
@@ -25,7 +27,7 @@ class ReqSlice:
     logprob_from: int = 0
     logprob_to: int = 0
     slots: object = None  # int64 [length] KV slots of this slice (prefill: device; verify: host copy)
-    draft_ids: list[int] = field(default_factory=list)
+    draft_ids: Sequence[int] = ()
 
     @property
     def length(self) -> int:
@@ -35,7 +37,7 @@ class ReqSlice:
         """The slice's input token ids: the request's tokens, then the drafts."""
         if not self.draft_ids:
             return self.req.token_slice(self.start, self.end)
-        return self.req.token_slice(self.start, self.end - len(self.draft_ids)) + self.draft_ids
+        return self.req.token_slice(self.start, self.end - len(self.draft_ids)) + list(self.draft_ids)
 
     def logit_positions(self) -> list[int]:
         """Absolute positions whose logits this step needs."""

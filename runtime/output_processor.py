@@ -34,10 +34,19 @@ class OutputProcessor:
         req.logprob_start = min(start, prompt_len)
         req.input_logprobs = []
         req.output_logprobs = []
+        req.plain_check = None
         if self.tokenizer is None:  # skip_tokenizer_init: ids only
             req.detok = None
-            return
-        req.detok = IncrementalDetokenizer(
+        else:
+            req.detok = self._detokenizer(req)
+        if not req.return_logprob and (req.detok is None or not (req.detok.stop or req.detok.stop_regex)):
+            stop = set(sp.stop_token_ids) | (set() if sp.ignore_eos else self.eos)
+            # NOTE: exactly the conditions under which finish_reason() ends a plain request
+            req.plain_check = (frozenset(stop), min(sp.max_new_tokens, self.context_len - prompt_len))
+
+    def _detokenizer(self, req: Req) -> IncrementalDetokenizer:
+        sp = req.sampling_params
+        return IncrementalDetokenizer(
             self.tokenizer,
             req.origin_input_ids,
             sp.skip_special_tokens,
@@ -47,6 +56,29 @@ class OutputProcessor:
             lazy=True,  # NOTE: decoded only when the text is read (never in the server's scheduler)
             single_cache=self.single_cache,
         )
+
+    def process_decode(self, reqs: Sequence[Req], tokens: Sequence[int | None]) -> tuple[dict[int, dict], list[int]]:
+        """Columnar :meth:`process` of one decode step's plain rows: ``reqs[i]`` sampled
+        ``tokens[i]``. A row is plain when its request has ``plain_check`` (no logprobs, no stop
+        strings), no grammar matcher, and a valid token: the token is appended (and recorded by
+        the lazy detokenizer) and one set lookup and one comparison decide whether the request may
+        have finished (then :meth:`finish_reason` says why). The request states are those
+        :meth:`process` leaves. Returns ``({row: finish reason}, rows left to process())``."""
+        reasons: dict[int, dict] = {}
+        others: list[int] = []
+        for i, req in enumerate(reqs):
+            check, t = req.plain_check, tokens[i]
+            if check is None or req.grammar_matcher is not None or t is None or t < 0:
+                others.append(i)
+                continue
+            out = req.output_ids
+            out.append(t)
+            detok = req.detok
+            if detok is not None:
+                detok.append(t)  # NOTE: lazy: only records the id
+            if t in check[0] or len(out) >= check[1]:
+                reasons[i] = self.finish_reason(req, t)
+        return reasons, others
 
     def process(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
         """Record ``out``; returns the finish reason dict when the request is done, else None."""
@@ -128,10 +160,15 @@ class OutputProcessor:
             entries.append((lp, req.origin_input_ids[p + 1], top))
 
     def _check_finish(self, req: Req, token: int) -> dict | None:
+        if req.detok is not None:
+            req.detok.append(token)
+        return self.finish_reason(req, token)
+
+    def finish_reason(self, req: Req, token: int) -> dict | None:
+        """Why ``req`` ends now that ``token`` is its last output (and its detokenizer has seen
+        it): stop ids, EOS, stop strings, grammar end, ``max_new_tokens``, context; else None."""
         sp = req.sampling_params
         detok: IncrementalDetokenizer | None = req.detok
-        if detok is not None:
-            detok.append(token)
         if token in sp.stop_token_ids:
             return {"type": "stop", "matched": token}
         if token in self.eos and not sp.ignore_eos:

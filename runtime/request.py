@@ -74,6 +74,9 @@ class Req:
     output_logprobs: list = field(default_factory=list)  # same entries for generated tokens
     input_logprobs_done: bool = False  # every requested input logprob has been computed
     detok: Any = None  # IncrementalDetokenizer (None with skip_tokenizer_init)
+    # (stop ids incl. EOS, output length that ends it) of a request whose decode rows take the
+    # columnar path (no logprobs, no stop strings); None for the others
+    plain_check: tuple[frozenset, int] | None = None
 
     # ---- constrained decoding (constrained.py)
     grammar_future: Any = None  # concurrent.futures.Future of the compiled grammar

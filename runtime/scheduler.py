@@ -261,6 +261,8 @@ class Scheduler(PrefillAdmission):
 
     # ------------------------------------------------------------- results
     def _process(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
+        if batch.mode == ForwardMode.DECODE and not batch.verify:
+            return self._process_decode(batch, outs)
         if batch.mode == ForwardMode.EXTEND and not batch.verify:
             self.stats.num_prefill_batches += 1
             self.stats.num_mixed_batches += batch.num_decode > 0
@@ -274,19 +276,7 @@ class Scheduler(PrefillAdmission):
                 self.allocator.free(batch.out_cache_loc[i : i + 1])
                 continue
             req.kv_len = s.end
-            try:
-                reason = self.output_processor.process(req, s, out)
-            except Exception as e:  # NOTE: a postprocessing error ends only this request
-                logger.exception("postprocessing request %s failed", req.rid)
-                reason = {"type": "abort", "status_code": 500, "message": f"internal error: {type(e).__name__}: {e}"}
-            if s.draft_ids:
-                from radixlm.runtime.speculative_worker import settle_verify_slice
-
-                settle_verify_slice(self, s, out)  # NOTE: rejected drafts' slots go back here
-            if out.next_token_id is not None:
-                self.stats.generated_tokens += 1 + len(out.accepted_draft_ids)
-            if s.end >= len(req.origin_input_ids):
-                req.input_logprobs_done = True
+            reason = self._process_row(req, s, out)
             if reason is not None:
                 if req in self.running:
                     self.running.remove(req)
@@ -301,6 +291,57 @@ class Scheduler(PrefillAdmission):
                 self.running.append(req)
             touched.append(req)
         return touched
+
+    def _process_row(self, req: Req, s: ReqSlice, out: StepOutput) -> dict | None:
+        """One slice's result through ``OutputProcessor.process`` (an error there ends only this
+        request), with the step's bookkeeping; returns the finish reason or None."""
+        try:
+            reason = self.output_processor.process(req, s, out)
+        except Exception as e:  # NOTE: a postprocessing error ends only this request
+            logger.exception("postprocessing request %s failed", req.rid)
+            reason = {"type": "abort", "status_code": 500, "message": f"internal error: {type(e).__name__}: {e}"}
+        if s.draft_ids:
+            from radixlm.runtime.speculative_worker import settle_verify_slice
+
+            settle_verify_slice(self, s, out)  # NOTE: rejected drafts' slots go back here
+        if out.next_token_id is not None:
+            self.stats.generated_tokens += 1 + len(out.accepted_draft_ids)
+        if s.end >= len(req.origin_input_ids):
+            req.input_logprobs_done = True
+        return reason
+
+    def _process_decode(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
+        """:meth:`_process` of a decode batch, columnar: the plain rows go through
+        ``OutputProcessor.process_decode`` in one call, the others row by row; the finished
+        requests leave ``running`` in one pass. Same request states and order as row by row."""
+        self.stats.num_decode_batches += 1
+        slices = batch.slices
+        if any(s.req.finish_reason is not None for s in slices):  # NOTE: finished in flight (overlap)
+            gone = [i for i, s in enumerate(slices) if s.req.finish_reason is not None]
+            self.allocator.free(batch.out_cache_loc[gone])
+            slices = [s for s in slices if s.req.finish_reason is None]
+            outs = [o for o, s in zip(outs, batch.slices) if s.req.finish_reason is None]
+        reqs = []
+        for s in slices:
+            req = s.req
+            req.kv_len = s.end
+            reqs.append(req)
+        tokens = [o.next_token_id for o in outs]
+        reasons, others = self.output_processor.process_decode(reqs, tokens)
+        self.stats.generated_tokens += len(reqs) - len(others)  # NOTE: plain rows sampled one token each
+        for i in others:
+            reason = self._process_row(reqs[i], slices[i], outs[i])
+            if reason is not None:
+                reasons[i] = reason
+        for s, req in zip(slices, reqs):
+            if s.end >= len(req.origin_input_ids):
+                req.input_logprobs_done = True
+        if reasons:
+            done = {id(reqs[i]) for i in reasons}
+            self.running = [r for r in self.running if id(r) not in done]
+            for i in sorted(reasons):
+                self._finish(reqs[i], reasons[i], holds_kv=True)
+        return reqs
 
     def _finish(self, req: Req, reason: dict, holds_kv: bool) -> None:
         if holds_kv and req.req_pool_idx is not None:

@@ -184,23 +184,27 @@ class SchedulerServer:
         )
 
     def _send(self, reqs: list[Req]) -> None:
+        """Push one :class:`BatchTokenIDOut` for the step's touched requests: the plain ones (only
+        new token ids since their previous output) as columns, built one column at a time."""
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())
-        rids, ids, prompt, cached, done = (batch.plain_rids, batch.plain_new_ids, batch.plain_prompt_tokens,
-                                           batch.plain_cached_tokens, batch.plain_completion_tokens)
+        plain = []
         for req in reqs:
-            sent = req.sent
-            if sent is None or req.finish_reason is not None or req.return_logprob or req.spec_verify_ct:
+            if req.sent is None or req.finish_reason is not None or req.return_logprob or req.spec_verify_ct:
                 batch.outputs.append(self._out(req))
-                continue
-            out = req.output_ids  # NOTE: the common case: new token ids only, sent as columns
-            rids.append(req.rid)
-            ids.append(out[sent[0]:])
-            prompt.append(len(req.origin_input_ids))
-            cached.append(req.cached_tokens)
-            done.append(len(out))
-            req.sent = (len(out), sent[1], sent[2])
+            else:
+                plain.append(req)  # NOTE: the common case: new token ids only, sent as columns
+        if plain:
+            sent = [r.sent for r in plain]
+            outs = [r.output_ids for r in plain]
+            batch.plain_rids = [r.rid for r in plain]
+            batch.plain_new_ids = [out[k[0]:] for out, k in zip(outs, sent)]
+            batch.plain_prompt_tokens = [len(r.origin_input_ids) for r in plain]
+            batch.plain_cached_tokens = [r.cached_tokens for r in plain]
+            batch.plain_completion_tokens = done = [len(out) for out in outs]
+            for req, n, k in zip(plain, done, sent):
+                req.sent = (n, k[1], k[2])
         self.detok_sock.send(encode(batch))
 
     def _log_prefill(self) -> None:
