@@ -80,7 +80,7 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
     queue: list[tuple[int, frozenset[int]]] = []  # general DFA states, rows still to build
     flat: list[int] = []  # (DFA id, lo, hi, target) of every general row's byte runs
     accepting: list[int] = []
-    bulk_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (ids, rows, NFA states)
+    bulk_rows: list[tuple] = []  # (first id, local states, lut, embedded DFA, block bases)
     count = [0]
 
     def add(tgt: frozenset[int]) -> int:
@@ -107,7 +107,10 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         if got:
             return got
         inner, barrier = _reach(dfa, t)
-        fresh = inner[lut[inner] == 0]
+        if lut[inner].any():  # NOTE: rare: part of the reach is already copied
+            fresh = inner[lut[inner] == 0]
+        else:
+            fresh = inner
         first = count[0] + 1
         count[0] += fresh.size
         if count[0] > MAX_DFA_STATES:
@@ -118,8 +121,9 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
                 union = frozenset().union(*(close(base + a) for base in key))
                 d = ids.get(union)
                 lut[a] = d if d is not None else add(union)
-        states = np.asarray(key, dtype=np.int64)[:, None] + fresh[None, :]
-        bulk_rows.append((lut[fresh], lut[dfa.trans[fresh]], states))
+        # NOTE: the rows are gathered at the end straight into the table (their targets, inner or
+        # barrier states, all have their ids now; ``lut`` entries never change once set)
+        bulk_rows.append((first, fresh, lut, dfa, key))
         check_budget("determinizing an automaton", 2 * fresh.size + len(barrier) + 10)
         return int(lut[t])
 
@@ -161,18 +165,21 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         width = runs[:, 2] - runs[:, 1] + 1
         cols, owner = expand(runs[:, 1], width)
         trans[runs[owner, 0], cols] = runs[owner, 3]
-    for src, rows, _ in bulk_rows:
-        trans[src] = rows
+    for first, fresh, lut, dfa, _ in bulk_rows:
+        np.take(lut, dfa.trans[fresh], out=trans[first : first + fresh.size])
     accept = np.zeros(n_ids, dtype=bool)
     accept[accepting] = True
     hot = None
     if hot_nfa is not None:
         hot = np.zeros(n_ids, dtype=bool)
-        hot_list = hot_nfa.tolist()
-        for d, key in queue:
-            hot[d] = any(hot_list[i] for i in key)
-        for src, _, states in bulk_rows:
-            hot[src] = hot_nfa[states].any(axis=0)
+        hot_of = hot_nfa.tolist().__getitem__
+        hot[[d for d, key in queue if any(map(hot_of, key))]] = True
+        for first, fresh, _, _, key in bulk_rows:
+            if len(key) == 1:
+                hot[first : first + fresh.size] = hot_nfa[fresh + key[0]]
+            else:
+                states = np.asarray(key, dtype=np.int64)[:, None] + fresh[None, :]
+                hot[first : first + fresh.size] = hot_nfa[states].any(axis=0)
     # NOTE: without empty sets or languages every NFA state lies on a path to the final state, so
     # every DFA state (a non-empty set of them) is live: nothing to trim.
     return trim(trans, accept, hot, check=nfa.dead_ends)
