@@ -61,6 +61,92 @@ def product(a: ByteDFA, b: ByteDFA, mode: str) -> ByteDFA:
     return _trim(trans, accept)
 
 
+def difference_finite(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    """``product(a, b, "diff")`` for a ``b`` whose language is finite (an acyclic DFA, e.g. the
+    declared keys of an object; otherwise ``ValueError``): the same automaton up to state
+    numbering, built without per-level numpy work. The pairs ``(a state, b state)`` along b's
+    paths are numbered in Python (b's rows are sparse: only the bytes b continues with differ
+    from a's row); a string that leaves b goes on in a copy of a (the pairs ``(a state, dead)``),
+    of which only the states reachable from the pairs are kept."""
+    if a.start == 0 or b.start == 0:
+        return a
+    if _has_cycle(b):
+        raise ValueError("not a finite language")
+    a_rows, b_runs = a.rows, b.runs()
+    order = [(a.start, b.start)]
+    ids = {order[0]: 1}
+    cols: list[int] = []  # (pair id, byte, target pair) of every byte b continues with
+    k = 0
+    while k < len(order):
+        sa, sb = order[k]
+        k += 1
+        row = a_rows[sa]
+        for lo, hi, tb in b_runs[sb]:
+            for c in range(lo, hi + 1):
+                ta = row[c]
+                if ta:
+                    pair = (ta, tb)
+                    d = ids.get(pair)
+                    if d is None:
+                        d = ids[pair] = len(order) + 1
+                        order.append(pair)
+                    cols += (k, c, d)
+    check_budget("subtracting automata", 4 * len(order) + 20)
+    n_pairs = len(order)
+    pairs = np.asarray(order, dtype=np.int64)
+    base = a.trans[pairs[:, 0]]  # [pairs, 256]: a's states, where no pair continues
+    over = np.asarray(cols, dtype=np.int64).reshape(-1, 3)
+    base[over[:, 0] - 1, over[:, 1]] = 0
+    entry = np.unique(base)
+    kept = _reachable(a, set(entry[entry != 0].tolist()))  # NOTE: a's states in the copy
+    new_id = np.zeros(a.n_states, dtype=np.int32)
+    new_id[kept] = np.arange(n_pairs + 1, n_pairs + 1 + kept.size, dtype=np.int32)
+    trans = np.zeros((n_pairs + 1 + kept.size, 256), dtype=np.int32)
+    trans[1 : n_pairs + 1] = new_id[base]
+    trans[over[:, 0], over[:, 1]] = over[:, 2]
+    trans[n_pairs + 1 :] = new_id[a.trans[kept]]
+    accept = np.zeros(trans.shape[0], dtype=bool)
+    accept[1 : n_pairs + 1] = a.accept[pairs[:, 0]] & ~b.accept[pairs[:, 1]]
+    accept[n_pairs + 1 :] = a.accept[kept]
+    return _trim(trans, accept)
+
+
+def _reachable(d: ByteDFA, entry: set[int]) -> np.ndarray:
+    """int64 sorted states of ``d`` reachable from ``entry`` (included)."""
+    runs = d.runs()
+    seen = set(entry)
+    stack = list(entry)
+    while stack:
+        for _, _, t in runs[stack.pop()]:
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    return np.asarray(sorted(seen), dtype=np.int64)
+
+
+def _has_cycle(d: ByteDFA) -> bool:
+    """Whether ``d``'s state graph (live states) has a cycle (its language is then infinite,
+    every state of a trimmed DFA being live); cached on the DFA."""
+    got = d.__dict__.get("_has_cycle")
+    if got is None:
+        runs = d.runs()
+        indeg = [0] * d.n_states
+        for r in runs:
+            for _, _, t in r:
+                indeg[t] += 1
+        stack = [s for s in range(1, d.n_states) if not indeg[s]]
+        done = 0
+        while stack:
+            s = stack.pop()
+            done += 1
+            for _, _, t in runs[s]:
+                indeg[t] -= 1
+                if not indeg[t]:
+                    stack.append(t)
+        got = d.__dict__["_has_cycle"] = done < d.n_states - 1
+    return got
+
+
 _WEIGHTS = np.random.default_rng(12).integers(1, 2**62, size=(2, 2**16), dtype=np.int64)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, cold, opt, rep
 from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
-from radixlm.grammar.dfa_ops import minimize, product, union
+from radixlm.grammar.dfa_ops import difference_finite, minimize, product, union
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
 from radixlm.grammar.json_orders import window_order
@@ -145,10 +145,10 @@ class ContainerMixin:
         for key, banned, value_schema in classes:
             if value_schema is False:
                 continue
-            if declared is not None:
-                banned = banned + [declared]
-            if banned:
-                key = product(key, union(banned), "diff")
+            if declared is not None and not banned:
+                key = difference_finite(key, declared)  # NOTE: the common case, without patterns
+            elif declared is not None or banned:
+                key = product(key, union(banned + [declared] if declared is not None else banned), "diff")
             if names_dfa is not None:
                 key = product(key, names_dfa, "and")
             if not key.start:
