@@ -241,6 +241,8 @@ def _group_of(tgt: frozenset[int], block_at: list[int], blocks: list) -> tuple[t
     """``(bases, dfa, t)`` when every state of ``tgt`` is the same non-accepting local state
     ``t`` of a block copying the same embedded ``dfa`` (``bases``: those blocks, sorted); else
     None."""
+    if not tgt:  # NOTE: the closure of a dead end (an empty set or language): no group
+        return None
     it = iter(tgt)
     x = next(it)
     j = block_at[x]

@@ -44,3 +44,30 @@ def test_regex_minus_words() -> None:
 def test_infinite_language_is_refused() -> None:
     with pytest.raises(ValueError):
         difference_finite(_any_key(), regex_to_dfa("a+"))
+
+
+def test_dead_end_next_to_an_embedded_dfa() -> None:
+    """A byte leading into an empty language (a dead end) in an automaton that embeds a DFA: the
+    target is an empty state set, never a block group (was a StopIteration)."""
+    block = ("dfa", regex_to_dfa("x+"))
+    node = ("alt", (("cat", (block, ("set", ((97, 97),)), ("alt", ()))), ("cat", (block, ("set", ((98, 98),))))))
+    d = dfa_from_ast(node)
+    assert d.matches("xxb") and not d.matches("xxa") and not d.matches("xa")
+    assert d.step(d.start, b"xa") == 0  # NOTE: a dead end is not a valid prefix
+
+
+def test_schema_whose_branches_narrow_to_nothing_compiles() -> None:
+    """MaskBench Github_trivial---o25731 (oneOf branches differing in an enum): was a
+    StopIteration out of the determinizer."""
+    item = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
+                                                                    "sum": {"type": "string", "pattern": "^[a-f0-9]+$"}}}
+    schema = {"type": "object", "required": ["_elements"], "oneOf": [
+        {"properties": {"_attributes": {"type": "object", "required": ["ps"], "properties": {"ps": {"enum": [v]}}},
+                        "_elements": {"type": "array", "items": item}}} for v in ("rpm", "dpkg")]}
+    from radixlm.grammar.json_schema import json_schema_to_ast
+
+    node, rules = json_schema_to_ast(schema)
+    d = dfa_from_ast(node)
+    assert d.matches(json.dumps({"_attributes": {"ps": "rpm"}, "_elements": [{"name": "a", "sum": "ff"}]}))
+    assert not d.matches(json.dumps({"_attributes": {"ps": "rpm"}, "_elements": [{"name": ""}]}))
+    assert not d.matches(json.dumps({"_elements": []}))  # NOTE: both branches match: not oneOf
