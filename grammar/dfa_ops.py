@@ -97,8 +97,10 @@ def difference_finite(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     base = a.trans[pairs[:, 0]]  # [pairs, 256]: a's states, where no pair continues
     over = np.asarray(cols, dtype=np.int64).reshape(-1, 3)
     base[over[:, 0] - 1, over[:, 1]] = 0
-    entry = np.unique(base)
-    kept = _reachable(a, set(entry[entry != 0].tolist()))  # NOTE: a's states in the copy
+    entry = np.zeros(a.n_states, dtype=bool)
+    entry[base] = True
+    entry[0] = False
+    kept = _reachable(a, set(np.flatnonzero(entry).tolist()))  # NOTE: a's states in the copy
     new_id = np.zeros(a.n_states, dtype=np.int32)
     new_id[kept] = np.arange(n_pairs + 1, n_pairs + 1 + kept.size, dtype=np.int32)
     trans = np.zeros((n_pairs + 1 + kept.size, 256), dtype=np.int32)
@@ -112,16 +114,36 @@ def difference_finite(a: ByteDFA, b: ByteDFA) -> ByteDFA:
 
 
 def _reachable(d: ByteDFA, entry: set[int]) -> np.ndarray:
-    """int64 sorted states of ``d`` reachable from ``entry`` (included)."""
-    runs = d.runs()
-    seen = set(entry)
-    stack = list(entry)
-    while stack:
-        for _, _, t in runs[stack.pop()]:
-            if t not in seen:
-                seen.add(t)
-                stack.append(t)
-    return np.asarray(sorted(seen), dtype=np.int64)
+    """int64 sorted states of ``d`` reachable from ``entry`` (included); the states reachable
+    from each state are computed once per DFA (bit sets, cached on it)."""
+    if d.n_states > 512:  # NOTE: too many states for bit sets of every state's reach
+        runs = d.runs()
+        seen = set(entry)
+        stack = list(entry)
+        while stack:
+            for _, _, t in runs[stack.pop()]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return np.asarray(sorted(seen), dtype=np.int64)
+    reach = d.__dict__.get("_reach_bits")
+    if reach is None:
+        runs = d.runs()
+        reach = [0] * d.n_states
+        for s in range(1, d.n_states):
+            seen = {s}
+            stack = [s]
+            while stack:
+                for _, _, t in runs[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            reach[s] = sum(1 << t for t in seen)
+        d.__dict__["_reach_bits"] = reach
+    bits = 0
+    for s in entry:
+        bits |= reach[s]
+    return np.asarray([s for s in range(d.n_states) if bits >> s & 1], dtype=np.int64)
 
 
 def _has_cycle(d: ByteDFA) -> bool:

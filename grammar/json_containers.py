@@ -133,7 +133,8 @@ class ContainerMixin:
         key takes ``additionalProperties``; all keys must satisfy ``propertyNames``."""
         if addl is False and not pats:
             return NOTHING
-        declared = union([dfa_from_ast(string_literal(k)) for k in props]) if props else None
+        # NOTE: one automaton of all the declared keys, determinized at once
+        declared = dfa_from_ast(alt(*(string_literal(k) for k in props))) if props else None
         names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
         classes = []
         for p, d in pat_dfas.items():
