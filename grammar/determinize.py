@@ -217,6 +217,21 @@ def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, i
         prev = e[1]
     else:
         return edges
+    # NOTE: most overlaps are equal ranges (several NFA states on the same bytes): merged first
+    merged = [edges[0]]
+    for e in edges[1:]:
+        last = merged[-1]
+        if e[0] == last[0] and e[1] == last[1]:
+            merged[-1] = (e[0], e[1], last[2] | e[2])
+        else:
+            merged.append(e)
+    prev = -1
+    for e in merged:
+        if e[0] <= prev:
+            break
+        prev = e[1]
+    else:
+        return merged
     cuts = sorted({e[0] for e in edges} | {e[1] + 1 for e in edges})
     out = []
     active: list[tuple[int, int, frozenset[int]]] = []
