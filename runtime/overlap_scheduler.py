@@ -22,6 +22,7 @@ import torch
 
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
+from radixlm.runtime.memory import to_device
 from radixlm.runtime.model_runner import DecodeHandle
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampler import sample
@@ -98,25 +99,22 @@ class OverlapScheduler(Scheduler):
 
     def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
         """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
-        appended text after this step was launched); their slots go back, their state is kept.
-        In a batch with multi-token rows (a jump step) requests finished while it was in flight
-        leave here too, with all their slots."""
-        drop = batch.drop
-        multi = batch.verify and any(s.length != 1 for s in batch.slices)
-        if not drop and not multi:
+        appended text after this step was launched) and those finished while it was in flight;
+        their slots go back (from the batch's host copy: a device read here would wait for the
+        step in flight), a dropped request's state is kept."""
+        drop, host = batch.drop, batch.host_loc
+        if host is None or not (drop or any(s.req.finished for s in batch.slices)):
             return batch, outs
         keep, gone, off = [], [], 0
         for i, s in enumerate(batch.slices):
-            gone_now = id(s.req) in drop or (multi and s.req.finished)
-            (gone if gone_now else keep).append((i, off, s.length))
+            (gone if id(s.req) in drop or s.req.finished else keep).append((i, off, s.length))
             off += s.length
-        if not gone:
-            return batch, outs
-        tokens = lambda rows: torch.tensor([t for _, o, n in rows for t in range(o, o + n)], dtype=torch.long)
-        self.allocator.free(batch.out_cache_loc[tokens(gone).to(batch.out_cache_loc.device)])
-        kept = ScheduleBatch(batch.mode, [batch.slices[i] for i, _, _ in keep],
-                             out_cache_loc=batch.out_cache_loc[tokens(keep).to(batch.out_cache_loc.device)],
-                             verify=batch.verify)
+        tokens = lambda rows: [t for _, o, n in rows for t in range(o, o + n)]
+        self.allocator.free(host[tokens(gone)])
+        kept_tokens = tokens(keep)
+        kept = ScheduleBatch(batch.mode, [batch.slices[i] for i, _, _ in keep], verify=batch.verify,
+                             out_cache_loc=batch.out_cache_loc[to_device(kept_tokens, batch.out_cache_loc.device)],
+                             host_loc=host[kept_tokens])
         return kept, [outs[i] for i, _, _ in keep]
 
     def _followup(self, prev: ScheduleBatch, next_ids: torch.Tensor) -> tuple[ScheduleBatch, torch.Tensor] | None:
@@ -134,13 +132,13 @@ class OverlapScheduler(Scheduler):
             return None
         jumped = [r.needs_extend for r in reqs]
         if not any(jumped):
-            if self.allocator.available_size() < len(reqs):
+            got = self.allocator.alloc_with_host(len(reqs))
+            if got is None:
                 return None
-            slots = self.allocator.alloc(len(reqs))
             # NOTE: a request's KV reaches its prev slice's end once prev is processed.
-            self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [s.end for s in prev.slices], slots)
+            self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [s.end for s in prev.slices], got[0])
             slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
-            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots), next_ids
+            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=got[0], host_loc=got[1]), next_ids
         return self._jump_step(prev, next_ids, jumped)
 
     def _jump_step(self, prev: ScheduleBatch, next_ids: torch.Tensor, jumped: list[bool]):
@@ -156,8 +154,7 @@ class OverlapScheduler(Scheduler):
         runner = self.runner
         if runner.cuda_graph is not None and not runner._flat_decode_ok(probe):
             return None
-        total = sum(lens)
-        got = self.allocator.alloc_with_host(total) if self.allocator.available_size() >= total else None
+        got = self.allocator.alloc_with_host(sum(lens))
         if got is None:
             return None
         slots, host = got
@@ -174,11 +171,11 @@ class OverlapScheduler(Scheduler):
                 sampled_at.append(off)
                 take.append(i)
             off += hi - lo
-        input_ids = torch.tensor(ids, dtype=torch.long).to(next_ids.device, non_blocking=True)
+        input_ids = to_device(ids, next_ids.device)  # NOTE: pinned: a pageable copy waits for the GPU
         if take:
-            at, src = torch.tensor([sampled_at, take], dtype=torch.long).to(next_ids.device, non_blocking=True)
+            at, src = to_device([sampled_at, take], next_ids.device)
             input_ids[at] = next_ids[src].to(input_ids.dtype)
-        probe.out_cache_loc = slots
+        probe.out_cache_loc, probe.host_loc = slots, host
         self.jump_steps += 1
         return probe, input_ids
 
