@@ -196,16 +196,17 @@ def _tree_size(node: Node, seen: dict[int, int]) -> int:
     return out
 
 
-def dfa_from_ast(node: Node) -> ByteDFA:
+def dfa_from_ast(node: Node, memo: bool = True) -> ByteDFA:
     """Full-match DFA of an anchor-free AST.
 
     Memoized per process by the node (ASTs are hashable tuples; an embedded ``("dfa", d)`` counts
     by identity): the same sub-automaton met again (a property key, a format, an extras value, a
     ``$ref`` target) in this or a later schema is not rebuilt. The returned DFA is shared: callers
-    must not modify it in place.
+    must not modify it in place. ``memo=False``: neither looked up nor kept (a whole grammar,
+    cached by the compiler: it would only push reusable sub-automata out of the memo).
     """
     try:
-        if _tree_size(node, {}) > MEMO_HASH_LIMIT:  # NOTE: hashing expands a shared DAG as a tree
+        if not memo or _tree_size(node, {}) > MEMO_HASH_LIMIT:  # NOTE: hashing expands a shared DAG as a tree
             raise TypeError
         got = _MEMO.get(node)
     except (TypeError, RecursionError):  # NOTE: unhashable (never built here) or too deep: no memo

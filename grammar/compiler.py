@@ -96,7 +96,7 @@ class GrammarCompiler:
         return compiled
 
     def _dfa_grammar(self, kind: str, source: str, node: Any) -> CompiledGrammar:
-        dfa = dfa_from_ast(node)
+        dfa = dfa_from_ast(node, memo=False)  # NOTE: the grammar itself is cached here
         if dfa.start == 0:
             raise GrammarError(f"the {kind} accepts no string")
         return CompiledGrammar(kind, source, DfaEngine(dfa, self.tokenizer_info, self.regions), self.tokenizer_info)
@@ -135,7 +135,7 @@ class GrammarCompiler:
                 try:
                     with budget_share(DFA_SHARE):
                         node, rules = json_schema_to_ast(schema, any_whitespace)
-                        dfa = None if rules else dfa_from_ast(node)
+                        dfa = None if rules else dfa_from_ast(node, memo=False)
                 except GrammarError as e:
                     if not str(e).startswith(TOO_LARGE):
                         raise
