@@ -63,7 +63,8 @@ def test_short_extend_slices_replay_decode_graphs(tiny_llama, monkeypatch):
 
     calls = []
     flat = ModelRunner._forward_flat_decode
-    monkeypatch.setattr(ModelRunner, "_forward_flat_decode", lambda self, b: calls.append(b.num_tokens) or flat(self, b))
+    monkeypatch.setattr(ModelRunner, "_forward_flat_decode",
+                        lambda self, b, ids=None: calls.append(b.num_tokens) or flat(self, b, ids))
     reference = _outputs(tiny_llama, force_torch=False, disable_cuda_graph=True, enable_overlap_schedule=False)
     assert not calls
     spec = _outputs(tiny_llama, force_torch=False, speculative_algorithm="ngram", speculative_num_draft_tokens=4)
@@ -79,7 +80,7 @@ def test_short_prefills_replay_decode_graphs(tiny_llama, monkeypatch):
     longest = []  # longest slice of every batch that went through the graphs
     flat = ModelRunner._forward_flat_decode
     monkeypatch.setattr(ModelRunner, "_forward_flat_decode",
-                        lambda self, b: longest.append(max(s.length for s in b.slices)) or flat(self, b))
+                        lambda self, b, ids=None: longest.append(max(s.length for s in b.slices)) or flat(self, b, ids))
     big = dict(max_running_requests=128, cuda_graph_max_bs=128)  # graphs wide enough for the prompts
     reference = _outputs(tiny_llama, force_torch=False, cuda_graph_max_extend_tokens=0, **big)
     assert max(longest, default=0) <= 16  # 0: only short slices go through the graphs
