@@ -119,6 +119,8 @@ def _child(model: str, bs: int, steps: int, overlap: bool) -> dict:
 
     def stop() -> bool:
         turns[0] += 1
+        if turns[0] > 4 * steps + 16:
+            raise RuntimeError("the decode steps did not come (a failing step?)")
         return sched.stats.num_decode_batches - start >= steps
 
     for k in spent:

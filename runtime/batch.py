@@ -63,6 +63,7 @@ class ScheduleBatch:
     verify: bool = False  # speculative verify step: an EXTEND batch of running requests only
     drop: set[int] = field(default_factory=set)  # overlap: id()s of requests whose token is void
     host_loc: object = None  # overlap: CPU copy of out_cache_loc (frees without reading the device)
+    grammar: bool | None = None  # overlap: some request is grammar-constrained (None: not worked out)
 
     @property
     def reqs(self) -> list[Req]:

@@ -30,18 +30,23 @@ from radixlm.runtime.scheduler import Scheduler
 
 
 def _has_grammar(batch: ScheduleBatch) -> bool:
-    return any(r.grammar_matcher is not None for r in batch.reqs)
+    """Whether some request of ``batch`` is grammar-constrained; worked out once per batch (a
+    running request's matcher is set before its admission and stays)."""
+    if batch.grammar is None:
+        batch.grammar = any(r.grammar_matcher is not None for r in batch.reqs)
+    return batch.grammar
 
 
 def _needs_host_logits(req: Req) -> bool:
-    sp = req.sampling_params
-    return bool(
-        req.return_logprob
-        or sp.frequency_penalty
-        or sp.presence_penalty
-        or sp.repetition_penalty != 1.0
-        or len(req.output_ids) + 1 < sp.min_new_tokens
-    )
+    """Whether ``req``'s next token needs host-side logits processing (logprobs, penalties, a
+    pending ``min_new_tokens``): checked for every running request every step, so the output
+    length below which it does is worked out once per request (its settings never change)."""
+    until = req.host_logits_until
+    if until is None:
+        sp = req.sampling_params
+        static = req.return_logprob or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0
+        until = req.host_logits_until = float("inf") if static else sp.min_new_tokens - 1
+    return len(req.output_ids) < until
 
 
 class OverlapScheduler(Scheduler):
@@ -75,7 +80,8 @@ class OverlapScheduler(Scheduler):
         nxt_handle = None
         if nxt is not None and not _has_grammar(nxt):
             nxt_handle = self._sample(nxt, logits)
-        outs = self.runner.collect(handle)  # NOTE: the GPU is already busy with step k+1
+        # NOTE: the GPU is already busy with step k+1; a decode step's outputs are its ids alone
+        outs = self._sampled_ids(handle) if prev.mode == ForwardMode.DECODE else self.runner.collect(handle)
         self.cur_batch = prev
         touched = self._process(*self._without_dropped(prev, outs))
         if nxt is not None and nxt_handle is None:  # grammar: masks need step k's tokens
@@ -89,6 +95,14 @@ class OverlapScheduler(Scheduler):
     def _forward(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> torch.Tensor:
         logits, _ = self.runner.forward_logits(batch, input_ids)
         return logits
+
+    @staticmethod
+    def _sampled_ids(handle: DecodeHandle) -> list[int]:
+        """Wait for a launched step's host copy and return its sampled ids (``runner.collect``
+        without a ``StepOutput`` per row: ``Scheduler._process`` takes a decode step's ids)."""
+        if handle.event is not None:
+            handle.event.synchronize()
+        return handle.host_ids.tolist()
 
     @torch.inference_mode()
     def _sample(self, batch: ScheduleBatch, logits: torch.Tensor) -> DecodeHandle:
@@ -128,17 +142,18 @@ class OverlapScheduler(Scheduler):
         reqs = prev.reqs
         if self.waiting or self.chunked_req is not None or self.running != reqs:
             return None
-        if any(_needs_host_logits(r) for r in reqs):
+        if any(map(_needs_host_logits, reqs)):
             return None
         jumped = [r.needs_extend for r in reqs]
-        if not any(jumped):
+        if True not in jumped:
             got = self.allocator.alloc_with_host(len(reqs))
             if got is None:
                 return None
             # NOTE: a request's KV reaches its prev slice's end once prev is processed.
             self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [s.end for s in prev.slices], got[0])
             slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
-            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=got[0], host_loc=got[1]), next_ids
+            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=got[0], grammar=prev.grammar,
+                                 host_loc=got[1]), next_ids
         return self._jump_step(prev, next_ids, jumped)
 
     def _jump_step(self, prev: ScheduleBatch, next_ids: torch.Tensor, jumped: list[bool]):

@@ -94,6 +94,7 @@ class Req:
 
     # ---- sampling and delivery
     generator: torch.Generator | None = None  # per-request generator of a seeded request
+    host_logits_until: float | None = None  # overlap: output length below which logits go to the host
     sink: Callable[["Req"], None] | None = None  # in-process Engine: called with each update
     t0: float | None = None  # perf_counter() at arrival (Engine; for e2e_latency)
     sent: tuple[int, int, int] | None = None  # scheduler process: (outputs, input lps, output lps) sent

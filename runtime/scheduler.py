@@ -310,32 +310,34 @@ class Scheduler(PrefillAdmission):
             req.input_logprobs_done = True
         return reason
 
-    def _process_decode(self, batch: ScheduleBatch, outs: list[StepOutput]) -> list[Req]:
+    def _process_decode(self, batch: ScheduleBatch, outs: list[StepOutput] | list[int]) -> list[Req]:
         """:meth:`_process` of a decode batch, columnar: the plain rows go through
         ``OutputProcessor.process_decode`` in one call, the others row by row; the finished
-        requests leave ``running`` in one pass. Same request states and order as row by row."""
+        requests leave ``running`` in one pass. Same request states and order as row by row.
+        ``outs`` may be the sampled ids alone (the overlap scheduler's decode steps)."""
         self.stats.num_decode_batches += 1
-        slices = batch.slices
-        if any(s.req.finish_reason is not None for s in slices):  # NOTE: finished in flight (overlap)
-            gone = [i for i, s in enumerate(slices) if s.req.finish_reason is not None]
+        slices, reqs, gone = batch.slices, [], []
+        for i, s in enumerate(slices):
+            req = s.req
+            if req.finish_reason is not None:  # NOTE: finished while this batch was in flight (overlap)
+                gone.append(i)
+                continue
+            req.kv_len = s.end
+            if not req.return_logprob and s.end >= len(req.origin_input_ids):
+                req.input_logprobs_done = True  # NOTE: read by process() only with logprobs (set after it)
+            reqs.append(req)
+        if gone:
             self.allocator.free(batch.out_cache_loc[gone])
             slices = [s for s in slices if s.req.finish_reason is None]
             outs = [o for o, s in zip(outs, batch.slices) if s.req.finish_reason is None]
-        reqs = []
-        for s in slices:
-            req = s.req
-            req.kv_len = s.end
-            reqs.append(req)
-        tokens = [o.next_token_id for o in outs]
+        ids = not outs or type(outs[0]) is int
+        tokens = outs if ids else [o.next_token_id for o in outs]
         reasons, others = self.output_processor.process_decode(reqs, tokens)
         self.stats.generated_tokens += len(reqs) - len(others)  # NOTE: plain rows sampled one token each
-        for i in others:
-            reason = self._process_row(reqs[i], slices[i], outs[i])
+        for i in others:  # NOTE: _process_row also sets input_logprobs_done after process()
+            reason = self._process_row(reqs[i], slices[i], StepOutput(next_token_id=tokens[i]) if ids else outs[i])
             if reason is not None:
                 reasons[i] = reason
-        for s, req in zip(slices, reqs):
-            if s.end >= len(req.origin_input_ids):
-                req.input_logprobs_done = True
         if reasons:
             done = {id(reqs[i]) for i in reasons}
             self.running = [r for r in self.running if id(r) not in done]
