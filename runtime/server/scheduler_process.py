@@ -189,12 +189,13 @@ class SchedulerServer:
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())
-        plain = []
-        for req in reqs:
-            if req.sent is None or req.finish_reason is not None or req.return_logprob or req.spec_verify_ct:
-                batch.outputs.append(self._out(req))
-            else:
-                plain.append(req)  # NOTE: the common case: new token ids only, sent as columns
+        # NOTE: the common case: new token ids only (not the first output, not finished, no
+        # logprobs, no speculation figures), sent as columns
+        plain = [r for r in reqs if r.sent is not None and r.finish_reason is None and not r.return_logprob
+                 and not r.spec_verify_ct]
+        if len(plain) < len(reqs):
+            batch.outputs = [self._out(r) for r in reqs if r.sent is None or r.finish_reason is not None
+                             or r.return_logprob or r.spec_verify_ct]
         if plain:
             sent = [r.sent for r in plain]
             outs = [r.output_ids for r in plain]
