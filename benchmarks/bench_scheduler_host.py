@@ -12,7 +12,8 @@ split into
 * batch preparation: ``Scheduler._select_batch`` and ``OverlapScheduler._followup``;
 * result processing: ``Scheduler._process`` (``OutputProcessor`` and the request bookkeeping);
 * output message: ``SchedulerServer._send`` (building and encoding ``BatchTokenIDOut``);
-* rest: everything else in the loop (sampling, the host copy of the sampled ids, the loop).
+* rest: everything else in the loop (sampling, the host copy of the sampled ids, the loop);
+* of which GC: the cyclic garbage collector's share of the above (it runs where objects are made).
 
 The baseline git revision (``--base``) is laid out under /tmp with ``git archive`` and imported as
 ``radixlm`` in child processes; base and working tree alternate, ``--repeat`` times each, best of
@@ -24,6 +25,7 @@ the repeats kept; the output ids of both must agree.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -123,13 +125,25 @@ def _child(model: str, bs: int, steps: int, overlap: bool) -> dict:
             raise RuntimeError("the decode steps did not come (a failing step?)")
         return sched.stats.num_decode_batches - start >= steps
 
+    gc_t0 = [0.0]
+
+    def gc_clock(phase, info):  # NOTE: collections run inside the parts; reported apart as well
+        if phase == "start":
+            gc_t0[0] = clock()
+        else:
+            spent["of which GC"] += clock() - gc_t0[0]
+
+    gc.collect()
     for k in spent:
         spent[k] = 0.0
+    spent["of which GC"] = 0.0
+    gc.callbacks.append(gc_clock)
     t0 = clock()
     run_scheduler_loop(sched, lambda w: [], send, should_stop=stop)
     total = clock() - t0
+    gc.callbacks.remove(gc_clock)
     n = sched.stats.num_decode_batches - start
-    spent["rest"] = total - sum(v for k, v in spent.items() if k != "rest")
+    spent["rest"] = total - sum(v for k, v in spent.items() if k not in ("rest", "of which GC"))
     run_scheduler_loop(sched, lambda w: [], server._send, should_stop=lambda: not sched.has_work())
     return {"us": {k: v / n * 1e6 for k, v in spent.items()}, "steps": n, "radixlm": radixlm.__file__,
             "outputs": [r.output_ids for r in reqs], "reasons": [r.finish_reason for r in reqs]}
@@ -177,7 +191,7 @@ def main() -> None:
                     b[k] = min(b.get(k, float("inf")), v)
                 b["host total"] = min(b.get("host total", float("inf")), sum(r["us"][p] for p in PARTS))
         assert outs["base"] == outs["current"], "outputs differ from the baseline's"
-        for k in (*PARTS, "host total", "forward (stub)"):
+        for k in (*PARTS, "host total", "of which GC", "forward (stub)"):
             b, c = best["base"][k], best["current"][k]
             print(f"| {bs} | {k} | {b:.1f} | {c:.1f} | {b / c if c else float('inf'):.2f}x |")
 

@@ -184,28 +184,23 @@ class SchedulerServer:
         )
 
     def _send(self, reqs: list[Req]) -> None:
-        """Push one :class:`BatchTokenIDOut` for the step's touched requests: the plain ones (only
-        new token ids since their previous output) as columns, built one column at a time."""
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())
-        # NOTE: the common case: new token ids only (not the first output, not finished, no
-        # logprobs, no speculation figures), sent as columns
-        plain = [r for r in reqs if r.sent is not None and r.finish_reason is None and not r.return_logprob
-                 and not r.spec_verify_ct]
-        if len(plain) < len(reqs):
-            batch.outputs = [self._out(r) for r in reqs if r.sent is None or r.finish_reason is not None
-                             or r.return_logprob or r.spec_verify_ct]
-        if plain:
-            sent = [r.sent for r in plain]
-            outs = [r.output_ids for r in plain]
-            batch.plain_rids = [r.rid for r in plain]
-            batch.plain_new_ids = [out[k[0]:] for out, k in zip(outs, sent)]
-            batch.plain_prompt_tokens = [len(r.origin_input_ids) for r in plain]
-            batch.plain_cached_tokens = [r.cached_tokens for r in plain]
-            batch.plain_completion_tokens = done = [len(out) for out in outs]
-            for req, n, k in zip(plain, done, sent):
-                req.sent = (n, k[1], k[2])
+        rids, ids, prompt, cached, done = (batch.plain_rids, batch.plain_new_ids, batch.plain_prompt_tokens,
+                                           batch.plain_cached_tokens, batch.plain_completion_tokens)
+        for req in reqs:
+            sent = req.sent
+            if sent is None or req.finish_reason is not None or req.return_logprob or req.spec_verify_ct:
+                batch.outputs.append(self._out(req))
+                continue
+            out = req.output_ids  # NOTE: the common case: new token ids only, sent as columns
+            rids.append(req.rid)
+            ids.append(out[sent[0]:])
+            prompt.append(len(req.origin_input_ids))
+            cached.append(req.cached_tokens)
+            done.append(len(out))
+            req.sent = (len(out), sent[1], sent[2])
         self.detok_sock.send(encode(batch))
 
     def _log_prefill(self) -> None:
