@@ -134,17 +134,22 @@ class GrammarMatcher:
         table = self.compiled.masks
         return table.row_np(table.row_id(self.mask_state())).copy()
 
-    def max_next_token_bytes(self) -> int:
-        """Byte length of the longest token allowed next (0 when only stop tokens are): tells
-        jump-forward whether a token may span the end of a forced string."""
+    def allows_longer_token(self, token_id: int) -> bool:
+        """Whether a token longer (in bytes) than ``token_id`` is allowed next: jump-forward's
+        retokenization rule (docs/grammar.md) jumps a forced text's last token only when none is.
+        One AND of the packed mask with a per-tokenizer packed mask of the tokens longer than
+        ``n`` bytes (built once per ``n``)."""
         info = self._info
-        lengths = getattr(info, "_token_lengths", None)
-        if lengths is None:
-            lengths = np.fromiter((len(b) if b else 0 for b in info.token_bytes), dtype=np.int64,
-                                  count=info.tokenizer_size)
-            info._token_lengths = lengths
-        allowed = np.unpackbits(self.next_token_mask().view(np.uint8), bitorder="little")[: lengths.size]
-        return int(lengths[allowed.astype(bool)].max(initial=0))
+        data = info.token_bytes[token_id] if 0 <= token_id < info.tokenizer_size else None
+        n = len(data) if data else 0
+        cache = info.__dict__.setdefault("_longer_than", {})
+        longer = cache.get(n)
+        if longer is None:
+            bits = np.zeros(info.mask_words * 32, dtype=bool)
+            bits[: info.tokenizer_size] = [bool(b) and len(b) > n for b in info.token_bytes]
+            longer = cache[n] = np.packbits(bits, bitorder="little").view(np.int32)
+        table = self.compiled.masks
+        return bool(np.bitwise_and(table.row_np(table.row_id(self.mask_state())), longer).any())
 
     def find_jump_forward_string(self) -> str:
         """The longest string the grammar forces from here (exactly one way to continue), cut at

@@ -9,6 +9,8 @@ from radixlm.runtime.batch import ReqSlice, StepOutput
 from radixlm.runtime.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.request import Req
 
+FORCED_IDS_CACHE = 4096  # jump-forward: forced strings whose token ids are kept (cleared when full)
+
 
 class OutputProcessor:
     """Applies one step's :class:`StepOutput` to its request.
@@ -23,6 +25,7 @@ class OutputProcessor:
         self.eos = set(eos_token_ids)
         self.context_len = context_len
         self.jump_forward = jump_forward
+        self._forced_ids: dict[str, list[int]] = {}  # jump-forward: forced text -> its token ids
         self.single_cache: dict = {}  # one-token window texts, shared by this processor's detokenizers
 
     def init_req(self, req: Req) -> None:
@@ -121,7 +124,12 @@ class OutputProcessor:
         if not text:
             return None
         room = req.sampling_params.max_new_tokens - len(req.output_ids)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)[: max(room, 0)]
+        ids = self._forced_ids.get(text)
+        if ids is None:  # NOTE: forced strings repeat (keys, separators): tokenized once each
+            if len(self._forced_ids) >= FORCED_IDS_CACHE:
+                self._forced_ids.clear()
+            ids = self._forced_ids[text] = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = ids[: max(room, 0)]
         accepted = 0
         for tid in ids[:-1]:
             if not matcher.accept_token(tid):
@@ -131,9 +139,8 @@ class OutputProcessor:
         # when no allowed token is longer, i.e. none could span the end of the forced text and
         # the free text after it (`"` + `John` -> `"John`); otherwise the model samples it.
         if accepted == len(ids) - 1 and ids:
-            longest = getattr(matcher, "max_next_token_bytes", None)
-            last = len(self.tokenizer.decode([ids[-1]]).encode("utf-8"))
-            if longest is not None and longest() <= last and matcher.accept_token(ids[-1]):
+            longer = getattr(matcher, "allows_longer_token", None)  # NOTE: peers' matchers cannot tell
+            if longer is not None and not longer(ids[-1]) and matcher.accept_token(ids[-1]):
                 accepted += 1
             else:
                 ids = ids[:-1]
