@@ -34,3 +34,15 @@ def test_alloc_with_host_returns_the_same_slots_and_frees_them_back():
     assert alloc.available_size() == 8
     rest = alloc.alloc(8).tolist()
     assert sorted(rest + host[:2].tolist()) == list(range(1, 11))
+
+
+def test_to_device_lists_match_torch_tensor():
+    """to_device's fast int64 path (array + frombuffer) gives torch.tensor's values and shapes."""
+    import torch
+
+    from radixlm.runtime.memory import to_device
+
+    for data in ([3, 1, 2], [[1, 2, 3], [4, 5, 6]], [], [[]], [True, 7], [1.5, 2.0]):
+        got, want = to_device(data, "cpu"), torch.tensor(data, dtype=torch.int64)
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), data
+    assert to_device([0.5, 1.5], "cpu", torch.float32).tolist() == [0.5, 1.5]
