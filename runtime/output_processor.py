@@ -10,6 +10,10 @@ from radixlm.runtime.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.request import Req
 
 FORCED_IDS_CACHE = 4096  # jump-forward: forced strings whose token ids are kept (cleared when full)
+# Jump-forward leaves a forced run of fewer tokens to the model: under overlap scheduling (the CUDA
+# default) a jump costs the request one step (its in-flight token is dropped), so a one-token jump
+# saves nothing there; one rule for both schedulers keeps their outputs equal.
+MIN_JUMP_TOKENS = 2
 
 
 class OutputProcessor:
@@ -148,6 +152,9 @@ class OutputProcessor:
             matcher.rollback(accepted)
             return None
         if not ids:
+            return None
+        if len(ids) < MIN_JUMP_TOKENS:  # NOTE: too short to save a step (see MIN_JUMP_TOKENS)
+            matcher.rollback(len(ids))
             return None
         req.needs_extend = True
         req.jump_forward_tokens += len(ids)
