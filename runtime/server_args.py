@@ -62,11 +62,10 @@ class ServerArgs:
             2,048-token chunks cost 14% throughput and raised ITL p99 (32 vs 10 ms at 8,192),
             a step there being bound by per-step work, not by prefill compute.
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
-            text is kept verbatim, see docs/grammar.md for the retokenization rule). ``None``
-            (default): on for CPU, off when the device resolves to CUDA, where the forced tokens'
-            extend steps run eagerly instead of from the decode CUDA graph and cost more than they
-            save (H200, 128 concurrent, Llama-3.1-8B dims: json_schema 0.58x of free with it off vs
-            0.33x on; benchmarks/results/constrained_h200.md).
+            text is kept verbatim, see docs/grammar.md for the retokenization rule). Default on,
+            for every device: under overlap scheduling a jump rides the next overlapped step and
+            runs shorter than two tokens are left to the model, which made it as fast as off on the
+            H200 (128 concurrent, Llama-3.1-8B dims; benchmarks/results/constrained_h200.md).
         grammar_compile_timeout_s: compile time limit per grammar; the request aborts past it.
         grammar_backend: ``radixlm`` (default), ``xgrammar`` or ``llguidance`` (optional extras
             ``radixlm[xgrammar]`` / ``radixlm[llguidance]``).
@@ -106,7 +105,7 @@ class ServerArgs:
     disable_radix_cache: bool = False
     page_size: int = 1
     random_seed: int = 0
-    enable_jump_forward: bool | None = None
+    enable_jump_forward: bool = True
     grammar_compile_timeout_s: float = 30.0
     grammar_backend: str = "radixlm"
     log_level: str = "warning"
@@ -163,8 +162,6 @@ class ServerArgs:
             raise ValueError(f"node_rank must be in [0, {self.nnodes}), got {self.node_rank}")
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
-        if self.enable_jump_forward is None:
-            object.__setattr__(self, "enable_jump_forward", not self.resolved_device().startswith("cuda"))
         if self.enable_cascade_attention is None:
             object.__setattr__(self, "enable_cascade_attention", self.resolved_device().startswith("cuda"))
         if self.enable_overlap_schedule is None:
