@@ -271,17 +271,6 @@ class ModelRunner:
             return logits, per_slice
         return logits[to_device(index, self.device)], per_slice
 
-    @torch.inference_mode()
-    def launch_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None = None) -> DecodeHandle:
-        """Enqueue a decode step and its sampling without waiting for the device.
-
-        Only for requests that need no host-side logits processing (no grammar, penalties,
-        pending ``min_new_tokens`` or logprobs). The sampled ids are copied to host memory
-        asynchronously; :meth:`collect` waits for exactly this step.
-        """
-        logits, _ = self.forward_logits(batch, input_ids)
-        return DecodeHandle.start(sample(logits, batch.reqs, self.generator))
-
     def collect(self, handle: DecodeHandle) -> list[StepOutput]:
         """Wait for a launched decode step and return its sampled tokens."""
         if handle.event is not None:
