@@ -89,7 +89,10 @@ class Lowering:
         self.cfg.start = start
         for name in self.rules:
             self._named(name)
-        self.cfg.prods.append((start, tuple(self.seq(root))))
+        body = self.seq(root)
+        if body is None:  # NOTE: e.g. a schema no value satisfies once lowered
+            raise GrammarError("the grammar matches no output")
+        self.cfg.prods.append((start, tuple(body)))
         for name, body in self.rules.items():
             for alt_seq in self.alts(body):
                 self.cfg.prods.append((self.named[name], tuple(alt_seq)))

@@ -355,3 +355,15 @@ def test_eager_masks_stop_within_their_budget_share(monkeypatch) -> None:
     assert any(len(idx.masks) < idx.trans.shape[0] - 1 for idx in compiled.engine.index)
     ref = lambda plain, state: _brute_mask(plain, state, info)  # noqa: E731
     _check_walk(compiled, ref, _synthetic_encode(info, GRAMMARS[3][3][0]), random.Random(0), 0)
+
+
+def test_grammar_matching_nothing_is_a_clean_compile_error():
+    """A recursive grammar whose start matches nothing fails with GrammarError (was a TypeError
+    from the lowering: MaskBench Github_easy---o46142 crashed the compiler)."""
+    from radixlm.grammar.ast import NOTHING, lit
+    from radixlm.grammar.cfg import lower
+    from radixlm.grammar.errors import GrammarError
+
+    with pytest.raises(GrammarError, match="matches no output"):
+        lower(("cat", (("ref", "r"), NOTHING)), {"r": lit("a")})
+    assert lower(("cat", (("ref", "r"), lit("b"))), {"r": lit("a")}).start is not None
