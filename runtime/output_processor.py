@@ -134,6 +134,8 @@ class OutputProcessor:
                 self._forced_ids.clear()
             ids = self._forced_ids[text] = self.tokenizer.encode(text, add_special_tokens=False)
         ids = ids[: max(room, 0)]
+        if len(ids) < MIN_JUMP_TOKENS:  # NOTE: the rules below only shorten it: no matcher work
+            return None
         accepted = 0
         for tid in ids[:-1]:
             if not matcher.accept_token(tid):
