@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
+from radixlm.runtime.memory import KVPool
+from radixlm.runtime.mixed_chunk import MACHINE_BALANCE, mixed_chunk_budget
 from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import req_ids, sharing_key
 from radixlm.runtime.scheduler_recovery import abort_bad_grammars
@@ -24,6 +26,8 @@ MIXED_CHUNK_TOKENS, MIXED_CHUNK_PARAMS = 2048, 8e9
 
 class PrefillAdmission:
     """Prefill-batch construction for :class:`~radixlm.runtime.scheduler.Scheduler`."""
+
+    _admitted_requests = 0  # requests admitted at least once (the mixed-chunk cost model's mean)
 
     @staticmethod
     def _remaining_decode(r: Req) -> int:
@@ -50,6 +54,30 @@ class PrefillAdmission:
             self._mixed_chunk_size = got
         return got
 
+    def _mixed_budget(self) -> int:
+        """Prefill tokens of this step's mixed batch. ``mixed_chunk_size`` when it is set
+        explicitly, on devices without a cost model, or before any admission; otherwise
+        :func:`~radixlm.runtime.mixed_chunk.mixed_chunk_budget` for the decode batch the queue heads
+        to: the KV that running requests hold (shared prefixes once) plus, for as many waiting
+        requests as may still start, the mean uncached prompt of the requests admitted so far."""
+        cap = self.mixed_chunk_size
+        balance = MACHINE_BALANCE.get(self.runner.device.type)
+        if self.args.mixed_chunk_size is not None or balance is None or not self._admitted_requests:
+            return cap
+        cost = getattr(self, "_decode_cost", None)
+        if cost is None:
+            c, params = self.runner.cfg, list(self.runner.model.parameters())
+            cost = self._decode_cost = (
+                sum(p.numel() for p in params),
+                sum(p.numel() * p.element_size() for p in params),
+                KVPool.bytes_per_token(c.num_hidden_layers, self.runner.model.tp.num_kv_heads, c.head_dim,
+                                       self.runner.dtype),
+            )
+        held = self.runner.max_total_tokens - self._available()
+        room = max(self.runner.max_running_requests - len(self.running), 0)
+        uncached = (self.stats.prompt_tokens - self.stats.cached_tokens) / self._admitted_requests
+        return mixed_chunk_budget(*cost, held + min(len(self.waiting), room) * uncached, cap, balance)
+
     def _available(self) -> int:
         return self.allocator.available_size() + self.tree_cache.evictable_size()
 
@@ -70,7 +98,7 @@ class PrefillAdmission:
             return None
         budget = min(self.args.chunked_prefill_size, self.args.max_prefill_tokens)
         if self.args.enable_mixed_chunk and self.running:  # NOTE: running decodes wait for this chunk
-            budget = min(budget, self.mixed_chunk_size)
+            budget = min(budget, self._mixed_budget())
         slices: list[ReqSlice] = []
         admitted: list[Req] = []
         for req in jumped:  # jump-forward tokens of running requests are prefilled first
@@ -190,6 +218,7 @@ class PrefillAdmission:
         req.prefix_indices, req.last_node, req.kv_len = match.indices, match.last_node, prefix_len
         if not req.admitted_once:
             req.admitted_once = True
+            self._admitted_requests += 1
             req.cached_tokens = prefix_len
             self.stats.prompt_tokens += len(req.origin_input_ids)
             self.stats.cached_tokens += prefix_len

@@ -60,7 +60,10 @@ class ServerArgs:
             H200, 512 x 1024/256 on Llama-3.1-8B dims: 8,192-token mixed chunks gave ITL p99
             199 ms, 2,048 gave 63 ms at 2% longer duration; 2,048 x 256/256 on SmolLM2-135M dims:
             2,048-token chunks cost 14% throughput and raised ITL p99 (32 vs 10 ms at 8,192),
-            a step there being bound by per-step work, not by prefill compute.
+            a step there being bound by per-step work, not by prefill compute. With the
+            default, CUDA steps take at most that many tokens, fewer when the decode batch the
+            queue heads to is light (short or shared contexts): the chunk may cost about two
+            decode steps (``runtime/mixed_chunk.py``). An explicit value is used as is.
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
             text is kept verbatim, see docs/grammar.md for the retokenization rule). Default on,
             for every device: under overlap scheduling a jump rides the next overlapped step and

@@ -200,3 +200,42 @@ def test_mixed_chunk_size_scales_inversely_with_model_size(tiny_llama, monkeypat
         monkeypatch.setattr(sched.runner.model, "parameters", lambda: iter([Count()]))
     assert sched.mixed_chunk_size == expected
     assert make_scheduler(tiny_llama, mixed_chunk_size=300).mixed_chunk_size == 300
+
+
+def test_mixed_chunk_budget_follows_the_decode_batch_cost():
+    """The chunk costs ``ratio`` decode steps: more KV read per decode step, longer chunks, within
+    [floor, cap]; Llama-3.1-8B-like figures: a heavy unshared batch keeps the full 2,048, a batch
+    of short or shared contexts gets about 1,000."""
+    from radixlm.runtime.mixed_chunk import mixed_chunk_budget
+
+    l8b = dict(params=8_000_000_000, weight_bytes=16_000_000_000, kv_bytes_per_token=131_072, cap=2048,
+               balance=175.0)
+    light, heavy = mixed_chunk_budget(decode_kv_tokens=200_000, **l8b), mixed_chunk_budget(decode_kv_tokens=600_000, **l8b)
+    assert 800 < light < 1200 and heavy == 2048
+    assert mixed_chunk_budget(decode_kv_tokens=0, **l8b) == 512  # the floor
+    assert mixed_chunk_budget(decode_kv_tokens=0, **{**l8b, "cap": 300}) == 300  # the cap wins
+    more = [mixed_chunk_budget(decode_kv_tokens=n, **{**l8b, "cap": 10**6}) for n in (1e5, 2e5, 4e5)]
+    assert more == sorted(more) and more[0] < more[-1]
+
+
+def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
+    """With a cost model for the device, the mixed chunk follows the KV of the decode batch the
+    queue heads to; without one, or with an explicit ``mixed_chunk_size``, it is the fixed size."""
+    from radixlm.runtime import scheduler_admission
+
+    sched = make_scheduler(tiny_llama, chunked_prefill_size=8192)
+    fixed = sched.mixed_chunk_size
+    assert sched._mixed_budget() == fixed  # no cost model for the CPU
+    monkeypatch.setitem(scheduler_admission.MACHINE_BALANCE, "cpu", 175.0)
+    assert sched._mixed_budget() == fixed  # nothing admitted yet: no mean prompt to go by
+    req = make_req(sched, 0, SNIPPETS[0])
+    sched.add_request(req)
+    sched.step()
+    light = sched._mixed_budget()
+    assert light < fixed
+    for i in range(1, 64):  # a long queue: the batch it heads to reads more KV
+        sched.add_request(make_req(sched, i, SNIPPETS[i % len(SNIPPETS)] * 4))
+    assert sched._mixed_budget() > light
+    explicit = make_scheduler(tiny_llama, mixed_chunk_size=300)
+    monkeypatch.setitem(scheduler_admission.MACHINE_BALANCE, "cpu", 175.0)
+    assert explicit._mixed_budget() == 300
