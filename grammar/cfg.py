@@ -73,6 +73,43 @@ class CFG:
         return len(self.terminals) - 1
 
 
+def drop_unproductive(cfg: CFG) -> None:
+    """Remove every production that uses a nonterminal deriving no terminal string (a rule
+    without a base case: a schema object that requires itself, a property whose value accepts
+    nothing); such a nonterminal is the empty language, so the grammar's language is unchanged.
+
+    NOTE: the Earley engine's masks allow a token when it continues *some* parse, which is only
+    sound when every predicted nonterminal can complete: an unproductive one would let the output
+    walk into a state where no token (not even the stop token) is allowed.
+
+    Raises GrammarError when the start symbol itself derives nothing."""
+    uses: list[list[int]] = [[] for _ in cfg.nt_names]   # nonterminal -> productions using it
+    missing = [0] * len(cfg.prods)                     # unproven nonterminals per production
+    ready: list[int] = []
+    for p, (_, rhs) in enumerate(cfg.prods):
+        for s in rhs:
+            if s < 0:
+                uses[-s - 1].append(p)
+                missing[p] += 1
+        if not missing[p]:
+            ready.append(p)
+    productive = [False] * len(cfg.nt_names)
+    while ready:
+        lhs = cfg.prods[ready.pop()][0]
+        if productive[lhs]:
+            continue
+        productive[lhs] = True
+        for p in uses[lhs]:
+            missing[p] -= 1
+            if not missing[p]:
+                ready.append(p)
+    if not productive[cfg.start]:
+        raise GrammarError("the grammar matches no output")
+    if not all(productive):
+        cfg.prods = [(lhs, rhs) for lhs, rhs in cfg.prods
+                     if productive[lhs] and all(s >= 0 or productive[-s - 1] for s in rhs)]
+
+
 class Lowering:
     """Builds a :class:`CFG` from ``rules`` (name -> AST with ``("ref", name)`` nodes)."""
 
@@ -100,6 +137,7 @@ class Lowering:
             dfa = non_nullable(dfa_from_ast(node))
             if dfa is not None:
                 self.cfg.ignore.append(self.cfg.terminal(dfa, share=False))
+        drop_unproductive(self.cfg)
         return self.cfg
 
     def _named(self, name: str) -> int:
