@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import signal
 import sys
 import time
@@ -43,10 +44,16 @@ def _alarm(signum, frame):  # noqa: ARG001
     raise _Timeout()
 
 
+_QUOTED = re.compile(r"(invalid regex|\$ref|\$ref to another document is not supported:|unknown type|"
+                     r"undefined rule|multipleOf) ('(?:[^'\\]|\\.)*'|\S+)")
+
+
 def error_head(message: str, width: int = 60) -> str:
-    """The part of a GrammarError message that names the construct (its first ``width`` chars,
-    with quoted schema fragments cut so that messages about one keyword tally together)."""
-    head = message.split("\n", 1)[0]
+    """The part of a GrammarError message that names the construct (its first ``width`` chars;
+    quoted schema fragments such as a regex or a ``$ref`` replaced by ``…``, numbers by ``N``, so
+    that messages about one construct tally together)."""
+    head = _QUOTED.sub(lambda m: m.group(1) + " …", message.split("\n", 1)[0])
+    head = re.sub(r"\d[\d,.]*", "N", head)
     for cut in (": {", ": [", " {", " ["):
         i = head.find(cut)
         if 0 <= i < width:
@@ -65,7 +72,7 @@ def sweep_one(tok, path: Path, timeout: int) -> dict:
     try:
         comp.compile_json_schema(schema)
     except GrammarError as e:
-        rec.update(status="error", msg=error_head(str(e)))
+        rec.update(status="error", msg=str(e).split("\n", 1)[0][:300])
     except _Timeout:
         rec.update(status="timeout", msg=f"{timeout}s")
     except Exception as e:  # noqa: BLE001 - the point is to find these
@@ -92,7 +99,7 @@ def summarize(records: list[dict], slow: float, top: int = 25) -> str:
     if cpu:
         lines.append(f"cpu p50 {cpu[len(cpu) // 2]:.3f}s p99 {cpu[int(len(cpu) * .99)]:.3f}s "
                      f"max {cpu[-1]:.2f}s total {sum(cpu):.0f}s")
-    heads = collections.Counter(r["msg"] for r in records if r["status"] == "error")
+    heads = collections.Counter(error_head(r["msg"]) for r in records if r["status"] == "error")
     lines.append(f"GrammarError heads ({sum(heads.values())} schemas):")
     lines += [f"  {n:5d} {h}" for h, n in heads.most_common(top)]
     return "\n".join(lines)
