@@ -194,6 +194,10 @@ class SchemaConverter(ContainerMixin, NotMixin):
                         if b["$ref"] in self.stack:
                             raise GrammarError("unsupported: allOf with a recursive $ref")
                         b = self.normalize(b) if len(b) > 1 else resolve_pointer(self.root, b["$ref"])
+                    if isinstance(b, dict) and "allOf" in b:
+                        # NOTE: flattened here, not after the later branches are merged: the
+                        # properties keep the order in which the schema lists them
+                        b = self.normalize(b)
                     out = merge(out, b)
                     if out is False:
                         return False

@@ -239,11 +239,30 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
     if common <= {"number", "integer"}:
         (la, ha), (lb, hb) = _interval(a), _interval(b)
         return (ha is not None and lb is not None and ha < lb) or (hb is not None and la is not None and hb < la)
+    if common == {"string"}:
+        (la, ha), (lb, hb) = _lengths(a), _lengths(b)
+        if (ha is not None and ha < lb) or (hb is not None and hb < la):
+            return True
+        if not any(_has_content_rule(x) for x in (a, b)):
+            return False  # NOTE: "a" * max(la, lb) satisfies both (no product of length counters)
     if common == {"string"} and string_dfa is not None:
         from radixlm.grammar.dfa_ops import product
 
         return product(string_dfa(a), string_dfa(b), "and").start == 0
     return False
+
+
+def _lengths(s: dict) -> tuple[int, int | None]:
+    """A string schema's ``minLength`` / ``maxLength`` (code points; None: unbounded)."""
+    hi = s.get("maxLength")
+    return int(s.get("minLength", 0)), None if hi is None else int(hi)
+
+
+def _has_content_rule(s: dict) -> bool:
+    """Whether a string schema constrains more than the length (``pattern``, ``format``, also
+    through the converter's merged ``x-all``)."""
+    extra = s.get("x-all", {})
+    return any(k in s or k in extra for k in ("pattern", "format"))
 
 
 def _keys_disjoint(a: dict, b: dict) -> bool:

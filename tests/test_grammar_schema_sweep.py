@@ -1,0 +1,91 @@
+"""Schemas reduced from what the full-corpus compile sweep (``benchmarks/grammar_sweep.py``) found
+(issue 12): each compiles within the budget and, token by token on the default model's vocabulary
+(and ``llama-spm`` when ``$RADIXLM_SHARED_DATA`` has it), accepts its valid instances and refuses
+its invalid ones. The table is checked against ``jsonschema``."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+import pytest
+
+from radixlm.grammar import GrammarCompiler, allocate_token_bitmask
+from radixlm.grammar.maskbench import run_instance, shared_data
+
+# MaskBench Github_easy---o78062, reduced: a oneOf whose branches share a required long string
+# ("name", up to 500 characters: once the disjointness check intersected two such counters and
+# ran out of budget), reached through allOf [$ref to an allOf, properties] (the referenced
+# allOf was flattened after the later branch, so "name" had to come after "description").
+NAMED = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 500}},
+         "required": ["name"]}
+COMPETENCY = {"definitions": {
+    "named": NAMED,
+    "competency": {"allOf": [{"$ref": "#/definitions/named"}, {"oneOf": [
+        {"properties": {"kids": {"type": "array", "items": {"type": "integer"}}}, "required": ["kids"]},
+        {"properties": {"abilities": {"type": "array", "items": {"type": "string"}}}, "required": ["abilities"]}]}]}},
+    "allOf": [{"$ref": "#/definitions/competency"},
+              {"properties": {"description": {"type": "string", "minLength": 1}}, "required": ["description"]}]}
+
+# (name, schema, valid instances, invalid instances)
+CASES: list[tuple[str, Any, list, list]] = [
+    ("allOf through $ref keeps property order; oneOf of long strings", COMPETENCY,
+     [{"name": "n", "description": "d", "kids": [1]}, {"name": "n", "description": "d", "abilities": ["a"]}],
+     [{"name": "n", "description": "d"}, {"name": "n", "description": "d", "kids": [1], "abilities": []},
+      {"name": "", "description": "d", "kids": []}, {"name": "n" * 501, "description": "d", "kids": []}]),
+    ("oneOf of strings: lengths disjoint", {"oneOf": [{"type": "string", "maxLength": 300},
+                                                      {"type": "string", "minLength": 301, "maxLength": 400}]},
+     ["", "x" * 300, "y" * 301], ["z" * 401, 1]),
+    ("oneOf of strings: lengths overlap", {"oneOf": [{"type": "string", "maxLength": 300},
+                                                     {"type": "string", "minLength": 200}]},
+     ["", "x" * 199], ["x" * 200, "x" * 300]),
+]
+
+
+def _validator(schema: Any) -> Any:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema)
+
+
+@pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
+def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
+    check = _validator(schema)
+    assert all(check.is_valid(v) for v in valid), name
+    assert not any(check.is_valid(v) for v in invalid), name
+
+
+def _vocabularies() -> list[str]:
+    names = ["default"]
+    if (shared_data() / "tokenizers" / "llama-spm").is_dir():
+        names.append("llama-spm")
+    return names
+
+
+@lru_cache(maxsize=None)
+def _setup(name: str) -> tuple[Any, GrammarCompiler]:
+    from transformers import AutoTokenizer
+
+    if name == "default":
+        from radixlm.runtime.default_model import default_model_path
+
+        tok = AutoTokenizer.from_pretrained(default_model_path())
+    else:
+        tok = AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
+    return tok, GrammarCompiler(tok)
+
+
+@pytest.mark.parametrize("vocab", _vocabularies())
+def test_sweep_cases_token_by_token(vocab: str) -> None:
+    tok, comp = _setup(vocab)
+    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
+    failures = []
+    for name, schema, valid, invalid in CASES:
+        compiled = comp.compile_json_schema(schema)
+        for value, want in [(v, True) for v in valid] + [(v, False) for v in invalid]:
+            res = run_instance(compiled, tok, json.dumps(value), want, bitmask)
+            assert res.mismatch is None, (name, value, res.mismatch)
+            if res.accepted != want:
+                failures.append((name, value, want))
+    assert not failures, failures
