@@ -3,8 +3,10 @@
 An instance is valid for ``oneOf`` when it matches exactly one branch. For every pair of branches
 that are not provably disjoint, branch ``a`` is narrowed until it provably excludes branch ``b``:
 per instance type, a type is kept when the two branches restricted to it are disjoint, an object
-type is kept when ``b`` requires a property that ``a`` is then forbidden to have, and any other
-overlapping type is dropped from ``a``. Whatever the narrowed branches accept matches its own
+type is kept when ``b`` requires a property that ``a`` is then forbidden to have, or when both
+declare a property whose values are disjoint (``a`` then requires it: a discriminator), else ``a``
+is intersected with the negation of ``b`` where that is expressible, and any other overlapping
+type is dropped from ``a``. Whatever the narrowed branches accept matches its own
 branch and no other, so it is valid; some valid instances may be rejected.
 """
 
@@ -17,6 +19,7 @@ from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import merge
 
 MAX_OUTSIDE = 4
+MAX_DISCRIMINATORS = 8
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 
 
@@ -43,6 +46,23 @@ def _outside_keys(a: Any, b: dict) -> list[str]:
     return out[:MAX_OUTSIDE]
 
 
+def _discriminator(a: Any, b: dict, disjoint: Callable[[Any, Any], bool]) -> str | None:
+    """A property both ``a`` and ``b`` declare whose two value schemas are disjoint (the first in
+    ``a``'s order, among ``MAX_DISCRIMINATORS``), or None."""
+    if not isinstance(a, dict):
+        return None
+    theirs = b.get("properties", {})
+    tried = 0
+    for k, v in a.get("properties", {}).items():
+        if k in theirs and v is not False:
+            if disjoint(v, theirs[k]):
+                return k
+            tried += 1
+            if tried >= MAX_DISCRIMINATORS:
+                break
+    return None
+
+
 def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Callable[[Any], Any]) -> Any:
     """``a`` narrowed so that nothing it accepts satisfies ``b`` (False: nothing is left).
     ``negate(s)``: a positive schema for ``not s``, or None when it cannot be expressed."""
@@ -66,6 +86,13 @@ def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Call
             if outside:
                 # NOTE: b forbids undeclared keys: a with one of its own keys that b lacks fails b
                 views.append({"anyOf": [merge(va, {"required": [k]}) for k in outside]})
+                narrowed_any = True
+                continue
+            key = _discriminator(va, b, disjoint)
+            if key is not None:
+                # NOTE: a's value of this key fails b's: a with the key present fails b (cheaper
+                # than a negation of b, which may expand into every way of violating it)
+                views.append(merge(va, {"required": [key]}))
                 narrowed_any = True
                 continue
         rest = {k: v for k, v in b.items() if k != "type"} if isinstance(b, dict) else b

@@ -29,12 +29,35 @@ COMPETENCY = {"definitions": {
     "allOf": [{"$ref": "#/definitions/competency"},
               {"properties": {"description": {"type": "string", "minLength": 1}}, "required": ["description"]}]}
 
+# MaskBench Github_trivial---o25751, reduced: oneOf branches told apart only by an optional
+# property whose values are disjoint; the negation of a whole branch expanded past the budget.
+def _repo(system: str, item: dict) -> dict:
+    return {"properties": {"_attributes": {"type": "object", "required": ["system"],
+                                           "properties": {"system": {"enum": [system]}}},
+                           "_elements": {"type": "array", "items": item}}}
+
+
+REPOS = {"type": "object", "required": ["_elements"], "oneOf": [
+    _repo("zypp", {"type": "object", "required": ["alias", "url"], "properties": {
+        "alias": {"type": "string", "minLength": 1}, "url": {"type": "string"}, "priority": {"type": "integer"}}}),
+    _repo("yum", {"type": "object", "required": ["alias", "url"], "properties": {
+        "alias": {"type": "string", "minLength": 1}, "url": {"type": "array", "items": {"type": "string"}}}}),
+    _repo("apt", {"type": "object", "required": ["url", "components"], "properties": {
+        "url": {"type": "string"}, "components": {"type": "array", "items": {"type": "string"}}}})]}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("allOf through $ref keeps property order; oneOf of long strings", COMPETENCY,
      [{"name": "n", "description": "d", "kids": [1]}, {"name": "n", "description": "d", "abilities": ["a"]}],
      [{"name": "n", "description": "d"}, {"name": "n", "description": "d", "kids": [1], "abilities": []},
       {"name": "", "description": "d", "kids": []}, {"name": "n" * 501, "description": "d", "kids": []}]),
+    ("oneOf told apart by an optional property", REPOS,
+     [{"_attributes": {"system": "zypp"}, "_elements": [{"alias": "a", "url": "u", "priority": 1}]},
+      {"_attributes": {"system": "yum"}, "_elements": [{"alias": "a", "url": ["u"]}]},
+      {"_attributes": {"system": "apt"}, "_elements": []}],
+     [{"_attributes": {"system": "zypp"}, "_elements": [{"alias": "", "url": "u"}]},
+      {"_attributes": {"system": "yum"}, "_elements": [{"alias": "a", "url": "u"}]},
+      {"_attributes": {"system": "dnf"}, "_elements": []}, {"_elements": []}]),
     ("oneOf of strings: lengths disjoint", {"oneOf": [{"type": "string", "maxLength": 300},
                                                       {"type": "string", "minLength": 301, "maxLength": 400}]},
      ["", "x" * 300, "y" * 301], ["z" * 401, 1]),
