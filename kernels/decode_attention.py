@@ -110,7 +110,15 @@ def _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED: tl.constexpr):
     return lo, hi
 
 
-@triton.jit(do_not_specialize=["window"])
+# NOTE: serving varies what these arguments are per step (a mixed batch's decode tail is a view
+# at an odd row offset, the split count follows the batch), so specializing them (16-byte
+# alignment, ints by 1 / multiple of 16) compiled another variant in the middle of serving, about
+# a second each (benchmarks/mixed_steps.py). They are scalar loads and offsets: nothing to gain.
+_ROW_PTRS = ["req_idx_ptr", "seq_lens_ptr", "start_ptr", "pos_ptr", "loc_ptr"]
+_SPLIT_INTS = ["window", "num_kv_splits", "stride_mlb", "stride_mlh"]
+
+
+@triton.jit(do_not_specialize=_SPLIT_INTS, do_not_specialize_on_alignment=_ROW_PTRS)
 def _decode_stage1(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr, req_idx_ptr, seq_lens_ptr, start_ptr,
     mid_o_ptr, mid_lse_ptr, o_ptr, counter_ptr,
@@ -208,9 +216,8 @@ def _merge_split(acc, l_i, m_i, lse_ptr, part_ptr, mask_d):
     return acc * alpha + w * part, l_i * alpha + w, m_new
 
 
-# NOTE: num_shared_splits is not specialized: eager mixed batches vary it, and every new value
-# class (1, multiple of 16, other) would compile another variant while serving.
-@triton.jit(do_not_specialize=["window", "num_shared_splits"])
+# NOTE: num_shared_splits is not specialized either (as _decode_stage1's arguments above).
+@triton.jit(do_not_specialize=[*_SPLIT_INTS, "num_shared_splits"], do_not_specialize_on_alignment=_ROW_PTRS)
 def _decode_stage2(
     mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, start_ptr,
     num_kv_splits, num_shared_splits, window,

@@ -222,7 +222,7 @@ def _split_len(n, num_splits, BLOCK_N: tl.constexpr):
     return tl.cdiv(tl.cdiv(n, num_splits), BLOCK_N) * BLOCK_N
 
 
-@triton.jit(do_not_specialize=["num_shared_splits", "split_base"])  # NOTE: as _decode_stage2's
+@triton.jit(do_not_specialize=["num_shared_splits", "split_base", "stride_mlb", "stride_mlh"])  # NOTE: as _decode_stage2's
 def _shared_prefix_stage(
     q_ptr, k_ptr, v_ptr, req_to_token_ptr,
     chunk_rows_ptr, chunk_req_ptr, chunk_len_ptr,

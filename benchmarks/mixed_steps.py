@@ -1,0 +1,112 @@
+"""Which steps make a serving run's ITL tail: drive an in-process scheduler (synchronous steps, a
+CUDA sync after each) with a serving row's load and report, per step kind (decode / mixed /
+prefill), the count, prefill tokens, decode rows and step times, plus the decode-token-weighted
+step time (each decode row of a step waits the whole step: its p50 / p99 approximate ITL).
+
+    python benchmarks/mixed_steps.py --model-path /tmp/l8b --tokenizer-path .device/deepseek-llm \\
+        --load gsp [--server-arg mixed_chunk_size=1024]
+
+Loads: ``gsp`` (8 groups x 64 prompts, 2,048-token shared prefix + 128 own, 256 out) and
+``random`` (512 x 1024 / 256), all requests at once, dummy weights, greedy, ``ignore_eos``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import time
+
+
+def loads(name: str, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    ids = lambda n: [rng.randrange(10, vocab - 10) for _ in range(n)]  # noqa: E731
+    if name == "gsp":
+        prefixes = [ids(2048) for _ in range(8)]
+        return [(p + ids(128), 256) for _ in range(64) for p in prefixes]
+    return [(ids(1024), 256) for _ in range(512)]
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(int(q * len(xs)), len(xs) - 1)] if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--tokenizer-path", required=True)
+    ap.add_argument("--load", choices=["gsp", "random"], default="gsp")
+    ap.add_argument("--vocab", type=int, default=100000)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--max-requests", type=int, default=None, help="first N requests of the load (smoke runs)")
+    ap.add_argument("--server-arg", action="append", default=[], help="ServerArgs field=value (repeatable)")
+    a = ap.parse_args()
+    import torch
+
+    from radixlm.runtime.model_runner import ModelRunner
+    from radixlm.runtime.request import Req
+    from radixlm.runtime.sampling_params import SamplingParams
+    from radixlm.runtime.scheduler import Scheduler
+    from radixlm.runtime.server_args import ServerArgs
+    from radixlm.runtime.tokenizer import load_tokenizer
+
+    extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in a.server_arg)}
+    args = ServerArgs(model_path=a.model_path, tokenizer_path=a.tokenizer_path, device=a.device,
+                      load_format="dummy", context_length=8192, **extra)
+    tok, eos = load_tokenizer(a.tokenizer_path, a.model_path)
+    sched = Scheduler.create(args, ModelRunner(args, a.model_path, eos), tok)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    picked = []
+    select = sched._select_batch
+    sched._select_batch = lambda: picked.append(select()) or picked[-1]
+    for i, (ids, out) in enumerate(loads("random", a.vocab, seed=1)[:16]):  # warm-up
+        sched.add_request(Req(f"w{i}", ids[:300], SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True)))
+    while sched.has_work():
+        sched.step()
+    sync()
+    picked.clear()
+    for i, (ids, out) in enumerate(loads(a.load, a.vocab)[: a.max_requests]):
+        sched.add_request(Req(f"r{i}", ids, SamplingParams(max_new_tokens=out, temperature=0, ignore_eos=True)))
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    seen = set(glob.glob(f"{cache}/*/*.json")) if cache else set()
+    steps = []
+    t_start = time.perf_counter()
+    while sched.has_work():
+        t0 = time.perf_counter()
+        sched.step()
+        sync()
+        b = picked[-1] if picked else None
+        if b is not None:
+            dec = len(b.slices) if b.mode.name == "DECODE" else b.num_decode
+            pre = 0 if b.mode.name == "DECODE" else b.num_tokens - b.num_decode
+            kind = "decode" if pre == 0 else ("mixed" if dec else "prefill")
+            steps.append((kind, pre, dec, (time.perf_counter() - t0) * 1e3))
+        if cache:  # NOTE: Triton kernels compiled during this step (new cache entries)
+            new = set(glob.glob(f"{cache}/*/*.json")) - seen
+            seen |= new
+            for f in sorted(n for n in new if not os.path.basename(n).startswith("__grp__")):
+                meta = json.load(open(f))
+                print("compiled in step", len(steps), steps[-1] if steps else None, meta.get("name"),
+                      {k: v for k, v in meta.items() if k in ("constants", "specialization", "attrs")})
+    total = time.perf_counter() - t_start
+    print(f"load {a.load}, args {extra}: {len(steps)} steps, {total:.2f} s")
+    print("| kind | steps | prefill tokens p50 / max | decode rows p50 | step ms p50 / p90 / max |")
+    print("|---|---|---|---|---|")
+    for kind in ("decode", "mixed", "prefill"):
+        got = [s for s in steps if s[0] == kind]
+        if got:
+            print(f"| {kind} | {len(got)} | {pct([s[1] for s in got], .5)} / {max(s[1] for s in got)} | "
+                  f"{pct([s[2] for s in got], .5)} | {pct([s[3] for s in got], .5):.1f} / "
+                  f"{pct([s[3] for s in got], .9):.1f} / {max(s[3] for s in got):.1f} |")
+    weighted = [ms for _, _, dec, ms in steps for _ in range(dec)]
+    p50, p99 = pct(weighted, .5), pct(weighted, .99)
+    print(f"decode-token-weighted step time p50 {p50:.1f} ms, p99 {p99:.1f} ms, p99/p50 {p99 / p50:.2f}")
+    slow = [s for s in steps if s[2] and s[3] >= p99]
+    print("steps at or over that p99 (kind, prefill tokens, decode rows, ms):", slow[:12])
+
+
+if __name__ == "__main__":
+    main()
