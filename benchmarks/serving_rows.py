@@ -79,7 +79,7 @@ def main() -> None:
         s.update(row=name, tag=a.tag, ready_s=ready)
         print(f"| {a.tag} | {name} | {s['completed']}/{s['completed'] + s['failed']} | {s['duration_s']:.1f} s | "
               f"{s['output_throughput']:,.0f} | {s['ttft_p50_ms']:.0f} / {s['ttft_p99_ms']:.0f} | "
-              f"{s['itl_p50_ms']:.2f} / {s['itl_p99_ms']:.2f} | {s['server_cache_hit_rate']} |", flush=True)
+              f"{s['itl_p50_ms']:.2f} / {s['itl_p99_ms']:.2f} | {s['server_cache_hit_rate']} | client CPU {s.get('client_cpu_share') or 0:.2f} |", flush=True)
         if a.output_file:
             with open(a.output_file, "a") as f:
                 f.write(json.dumps(s) + "\n")
