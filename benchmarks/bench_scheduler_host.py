@@ -138,9 +138,18 @@ def _child(model: str, bs: int, steps: int, overlap: bool) -> dict:
         spent[k] = 0.0
     spent["of which GC"] = 0.0
     gc.callbacks.append(gc_clock)
+    prof = None
+    if os.environ.get("RADIXLM_BENCH_PROFILE"):  # --profile: cProfile of the timed steps (figures then include its cost)
+        import cProfile
+
+        prof = cProfile.Profile(time.thread_time)
+        prof.enable()
     t0 = clock()
     run_scheduler_loop(sched, lambda w: [], send, should_stop=stop)
     total = clock() - t0
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.environ["RADIXLM_BENCH_PROFILE"])
     gc.callbacks.remove(gc_clock)
     n = sched.stats.num_decode_batches - start
     spent["rest"] = total - sum(v for k, v in spent.items() if k not in ("rest", "of which GC"))

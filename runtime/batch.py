@@ -63,7 +63,10 @@ class ScheduleBatch:
     verify: bool = False  # speculative verify step: an EXTEND batch of running requests only
     drop: set[int] = field(default_factory=set)  # overlap: id()s of requests whose token is void
     host_loc: object = None  # overlap: CPU copy of out_cache_loc (frees without reading the device)
-    grammar: bool | None = None  # overlap: some request is grammar-constrained (None: not worked out)
+    facts: "DecodeFacts | None" = None  # DECODE: facts of its request set (None: not worked out)
+    # Scheduler.num_finished when the batch was built (-1: unknown): a request of the batch can
+    # have finished since (overlap: while in flight; an abort) only if that count has moved
+    finished_mark: int = -1
 
     @property
     def reqs(self) -> list[Req]:
@@ -72,6 +75,74 @@ class ScheduleBatch:
     @property
     def num_tokens(self) -> int:
         return sum(s.length for s in self.slices)
+
+
+@dataclass(slots=True)
+class DecodeFacts:
+    """What a DECODE batch's request set implies for every step it decodes unchanged (same
+    requests, same order: the overlap scheduler's follow-up steps carry it along), worked out once
+    by :meth:`of` from settings that never change while a request runs (its sampling parameters,
+    ``plain_check``, its grammar matcher, its ``req_to_token`` row).
+
+    reqs: the requests, in row order (read-only).
+    rows: their ``req_pool_idx`` (the rows of ``req_to_token``), in the same order.
+    greedy: every request samples greedily (the sampler takes the row-wise argmax alone).
+    grammar: some request is grammar-constrained.
+    plain: every request's rows take the columnar path of ``OutputProcessor.process_decode``.
+    host_always: some request needs host-side logits processing every step (logprobs, penalties).
+    host_until: ``(req, n)`` of the requests that need it while their output is shorter than ``n``
+        (a pending ``min_new_tokens``).
+    spare: overlap: the slices of the step before the last one (processed, so free to reuse for
+        the next step: a follow-up then allocates no ``ReqSlice``), or None.
+    columns: the rows' ``sampler.SamplingColumns`` (a batch that samples, not greedy; built on
+        its first step; False: its settings are not numbers), or None.
+    next_index: overlap: the ``req_to_token`` entries (``ReqToTokenPool.flat_index``, on its
+        device) of the next follow-up's new tokens; each follow-up adds 1 (or None: not built yet).
+    """
+
+    reqs: list[Req]
+    rows: list[int]
+    greedy: bool
+    grammar: bool
+    plain: bool
+    host_always: bool
+    host_until: list[tuple[Req, float]]
+    spare: list[ReqSlice] | None = None
+    columns: object = None
+    next_index: object = None
+
+    @classmethod
+    def of(cls, reqs: list[Req]) -> "DecodeFacts":
+        greedy = plain = True
+        grammar = host_always = False
+        host_until = []
+        for r in reqs:
+            greedy = greedy and r.sampling_params.is_greedy
+            has_grammar = r.grammar_matcher is not None
+            grammar = grammar or has_grammar
+            plain = plain and r.plain_check is not None and not has_grammar
+            until = host_logits_until(r)
+            if until == float("inf"):
+                host_always = True
+            elif until > 0:
+                host_until.append((r, until))
+        return cls(reqs, [r.req_pool_idx for r in reqs], greedy, grammar, plain, host_always, host_until)
+
+    def needs_host_logits(self) -> bool:
+        """Whether some request's next token needs host-side logits processing."""
+        return self.host_always or any(len(r.output_ids) < n for r, n in self.host_until)
+
+
+def host_logits_until(req: Req) -> float:
+    """The output length below which ``req``'s next token needs host-side logits processing
+    (logprobs, penalties: always, ``inf``; a pending ``min_new_tokens``: until it is reached).
+    Worked out once per request (``Req.host_logits_until``): its settings never change."""
+    until = req.host_logits_until
+    if until is None:
+        sp = req.sampling_params
+        static = req.return_logprob or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0
+        until = req.host_logits_until = float("inf") if static else sp.min_new_tokens - 1
+    return until
 
 
 @dataclass

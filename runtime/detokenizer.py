@@ -26,6 +26,11 @@ class IncrementalDetokenizer:
         lazy: without stop strings or patterns, only record the ids and decode when :attr:`text`
             is read (the server's scheduler never reads it: the detokenizer process makes the
             text); :meth:`append` then returns "". Default False.
+        source: lazy only: the list the caller appends the generated ids to (the request's
+            ``output_ids``; those already in it at construction are not part of the text): it is
+            read when :attr:`text` is, and :meth:`append` is then a no-op, so a decode step
+            appends each id once (the caller must append exactly the ids it would pass to
+            :meth:`append`).
         single_cache: a dict shared by the detokenizers of one tokenizer (e.g. one per scheduler
             or detokenizer process) where the texts of one-token windows are kept (decoding is a
             pure function of the ids; the prefix window is usually the last emitted token).
@@ -47,6 +52,7 @@ class IncrementalDetokenizer:
         stop_regex: Sequence[str] = (),
         lazy: bool = False,
         single_cache: dict | None = None,
+        source: list[int] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = list(prompt_ids[-self._WINDOW :])
@@ -57,7 +63,11 @@ class IncrementalDetokenizer:
         self.matched_stop: str | None = None
         self.stop_regex = [re.compile(p) for p in stop_regex or ()]
         self._no_stop = not (self.stop or self.stop_regex)  # _add_text only appends
-        self._pending: list[int] | None = [] if lazy and not (self.stop or self.stop_regex) else None
+        # NOTE: lazy: ids not decoded yet are _pending[_seen:]; _pending is `source` when given
+        lazy = lazy and not (self.stop or self.stop_regex)
+        self._follows = lazy and source is not None
+        self._pending: list[int] | None = (source if self._follows else []) if lazy else None
+        self._seen = len(source) if self._follows else 0
         self._flush_later = False
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None and getattr(tokenizer, "is_fast", False) and not getattr(
@@ -76,9 +86,14 @@ class IncrementalDetokenizer:
     @property
     def text(self) -> str:
         """The final text so far (cut before a matched stop string)."""
-        if self._pending:
-            pending, self._pending = self._pending, []
-            for tid in pending:
+        pending = self._pending
+        if pending is not None and len(pending) > self._seen:
+            new = pending[self._seen :]
+            if self._follows:
+                self._seen = len(pending)
+            else:
+                pending.clear()
+            for tid in new:
                 self._step(tid)
         if self._flush_later:
             self._flush_later = False
@@ -92,7 +107,8 @@ class IncrementalDetokenizer:
         """Add one generated token; returns the newly final text (may be empty; always empty
         when lazy)."""
         if self._pending is not None:
-            self._pending.append(token_id)
+            if not self._follows:
+                self._pending.append(token_id)
             return ""
         return self._step(token_id)
 
@@ -182,7 +198,8 @@ def append_batch(detoks: Sequence[IncrementalDetokenizer | None], new_ids: Seque
         for item in work:
             i, d, ids = item
             if d._pending is not None:  # lazy: only record the ids
-                d._pending.extend(ids)
+                if not d._follows:
+                    d._pending.extend(ids)
                 continue
             g = groups.get(d._batch_key)
             if g is None:

@@ -162,6 +162,17 @@ class ReqToTokenPool:
         r, p = to_device([rows, positions], dev)
         self.req_to_token[r, p] = slots.to(torch.int32)
 
+    def flat_index(self, rows: list[int], positions: list[int]) -> torch.Tensor:
+        """The entries ``(rows[i], positions[i])`` as indices into the flattened table (int64
+        ``[n]`` on its device: ``row * max_context_len + position``), for :meth:`write_flat`."""
+        index = [r * self.max_context_len + p for r, p in zip(rows, positions)]
+        return to_device(index, self.req_to_token.device)
+
+    def write_flat(self, index: torch.Tensor, slots: torch.Tensor) -> None:
+        """Store ``slots[i]`` at flat entry ``index[i]`` (see :meth:`flat_index`; distinct
+        entries): :meth:`write_batch` without building the index from lists."""
+        self.req_to_token.view(-1).index_copy_(0, index, slots.to(torch.int32))
+
     def read(self, row: int, end: int, start: int = 0) -> torch.Tensor:
         """Slot indices (int64 ``[end-start]``) of positions ``start .. end-1`` of ``row``."""
         return self.req_to_token[row, start:end].to(torch.int64)

@@ -42,16 +42,19 @@ class OutputProcessor:
         req.input_logprobs = []
         req.output_logprobs = []
         req.plain_check = None
+        # NOTE: without a grammar (no jump-forward) every id appended to output_ids is also one
+        # the detokenizer must see: a lazy one reads them there (no append per decode row)
+        grammar = sp.grammar is not None
         if self.tokenizer is None:  # skip_tokenizer_init: ids only
             req.detok = None
         else:
-            req.detok = self._detokenizer(req)
-        if not req.return_logprob and (req.detok is None or not (req.detok.stop or req.detok.stop_regex)):
+            req.detok = self._detokenizer(req, None if grammar else req.output_ids)
+        if not (req.return_logprob or grammar) and (req.detok is None or not (req.detok.stop or req.detok.stop_regex)):
             stop = set(sp.stop_token_ids) | (set() if sp.ignore_eos else self.eos)
             # NOTE: exactly the conditions under which finish_reason() ends a plain request
             req.plain_check = (frozenset(stop), min(sp.max_new_tokens, self.context_len - prompt_len))
 
-    def _detokenizer(self, req: Req) -> IncrementalDetokenizer:
+    def _detokenizer(self, req: Req, source: list[int] | None) -> IncrementalDetokenizer:
         sp = req.sampling_params
         return IncrementalDetokenizer(
             self.tokenizer,
@@ -62,27 +65,41 @@ class OutputProcessor:
             sp.stop_regex or (),
             lazy=True,  # NOTE: decoded only when the text is read (never in the server's scheduler)
             single_cache=self.single_cache,
+            source=source,  # NOTE: lazy only: then it reads the ids from the request's output_ids
         )
 
-    def process_decode(self, reqs: Sequence[Req], tokens: Sequence[int | None]) -> tuple[dict[int, dict], list[int]]:
-        """Columnar :meth:`process` of one decode step's plain rows: ``reqs[i]`` sampled
-        ``tokens[i]``. A row is plain when its request has ``plain_check`` (no logprobs, no stop
-        strings), no grammar matcher, and a valid token: the token is appended (and recorded by
-        the lazy detokenizer) and one set lookup and one comparison decide whether the request may
-        have finished (then :meth:`finish_reason` says why). The request states are those
-        :meth:`process` leaves. Returns ``({row: finish reason}, rows left to process())``."""
+    def process_decode(self, slices: Sequence[ReqSlice], tokens: Sequence[int | None],
+                       plain: bool = False) -> tuple[dict[int, dict], list[int]]:
+        """Columnar :meth:`process` of one decode step's rows: ``slices[i]`` sampled
+        ``tokens[i]``; each row's ``req.kv_len`` becomes its slice's end (the step's KV
+        bookkeeping, in the same pass). A row is plain when its request has ``plain_check`` (no
+        logprobs, stop strings nor grammar: its lazy detokenizer reads ``output_ids``) and a valid
+        token: the token is appended and one set lookup and one comparison decide whether the
+        request may have finished (then :meth:`finish_reason` says why). ``plain``: the caller
+        knows that every request is plain (``DecodeFacts.plain``): the rows are then not checked
+        one by one. The request states are those :meth:`process` leaves. Returns
+        ``({row: finish reason}, rows left to process())``."""
         reasons: dict[int, dict] = {}
         others: list[int] = []
-        for i, req in enumerate(reqs):
-            check, t = req.plain_check, tokens[i]
+        if plain and (not tokens or min(tokens) >= 0):  # NOTE: the usual decode step
+            for i, (s, t) in enumerate(zip(slices, tokens)):
+                req = s.req
+                req.kv_len = s.end
+                out = req.output_ids
+                out.append(t)
+                check = req.plain_check
+                if t in check[0] or len(out) >= check[1]:
+                    reasons[i] = self.finish_reason(req, t)
+            return reasons, others
+        for i, (s, t) in enumerate(zip(slices, tokens)):
+            req = s.req
+            req.kv_len = s.end
+            check = req.plain_check
             if check is None or req.grammar_matcher is not None or t is None or t < 0:
                 others.append(i)
                 continue
             out = req.output_ids
             out.append(t)
-            detok = req.detok
-            if detok is not None:
-                detok.append(t)  # NOTE: lazy: only records the id
             if t in check[0] or len(out) >= check[1]:
                 reasons[i] = self.finish_reason(req, t)
         return reasons, others

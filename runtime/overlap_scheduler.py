@@ -20,33 +20,20 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.runtime.batch import ReqSlice, ScheduleBatch
+from radixlm.runtime.batch import DecodeFacts, ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.memory import to_device
 from radixlm.runtime.model_runner import DecodeHandle
-from radixlm.runtime.request import Req
-from radixlm.runtime.sampler import sample
+from radixlm.runtime.sampler import SamplingColumns, sample
 from radixlm.runtime.scheduler import Scheduler
 
 
-def _has_grammar(batch: ScheduleBatch) -> bool:
-    """Whether some request of ``batch`` is grammar-constrained; worked out once per batch (a
-    running request's matcher is set before its admission and stays)."""
-    if batch.grammar is None:
-        batch.grammar = any(r.grammar_matcher is not None for r in batch.reqs)
-    return batch.grammar
-
-
-def _needs_host_logits(req: Req) -> bool:
-    """Whether ``req``'s next token needs host-side logits processing (logprobs, penalties, a
-    pending ``min_new_tokens``): checked for every running request every step, so the output
-    length below which it does is worked out once per request (its settings never change)."""
-    until = req.host_logits_until
-    if until is None:
-        sp = req.sampling_params
-        static = req.return_logprob or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0
-        until = req.host_logits_until = float("inf") if static else sp.min_new_tokens - 1
-    return len(req.output_ids) < until
+def _facts(batch: ScheduleBatch) -> DecodeFacts:
+    """The facts of a batch's request set (``DecodeFacts``), worked out once per batch and carried
+    by its follow-ups; an EXTEND batch (a jump step) gets its own."""
+    if batch.facts is None:
+        batch.facts = DecodeFacts.of(batch.reqs)
+    return batch.facts
 
 
 class OverlapScheduler(Scheduler):
@@ -68,7 +55,7 @@ class OverlapScheduler(Scheduler):
             if batch is None:
                 self._idle_check()
                 return aborted
-            if batch.mode == ForwardMode.DECODE and not any(map(_needs_host_logits, batch.reqs)):
+            if batch.mode == ForwardMode.DECODE and not _facts(batch).needs_host_logits():
                 self._checked_idle = False
                 self.cur_batch = batch
                 self.inflight = (batch, self._sample(batch, self._forward(batch)))
@@ -78,7 +65,7 @@ class OverlapScheduler(Scheduler):
         follow = self._followup(prev, handle.next_ids)
         nxt, logits = (follow[0], self._forward(*follow)) if follow is not None else (None, None)
         nxt_handle = None
-        if nxt is not None and not _has_grammar(nxt):
+        if nxt is not None and not _facts(nxt).grammar:
             nxt_handle = self._sample(nxt, logits)
         # NOTE: the GPU is already busy with step k+1; a decode step's outputs are its ids alone
         outs = self._sampled_ids(handle) if prev.mode == ForwardMode.DECODE else self.runner.collect(handle)
@@ -107,9 +94,13 @@ class OverlapScheduler(Scheduler):
     @torch.inference_mode()
     def _sample(self, batch: ScheduleBatch, logits: torch.Tensor) -> DecodeHandle:
         """Mask (grammar rows), sample and start the host copy of ``batch``'s next ids."""
-        if _has_grammar(batch):
+        facts = _facts(batch)
+        if facts.grammar:
             self.grammar.mask_logits(logits, batch, list(range(len(batch.slices))))
-        return DecodeHandle.start(sample(logits, batch.reqs, self.runner.generator))
+        if not facts.greedy and facts.columns is None:  # NOTE: once per request set, not per step
+            facts.columns = SamplingColumns.of(facts.reqs, logits.shape[1], logits.device, logits.dtype) or False
+        return DecodeHandle.start(sample(logits, facts.reqs, self.runner.generator, all_greedy=facts.greedy,
+                                         columns=facts.columns or None))
 
     def _without_dropped(self, batch: ScheduleBatch, outs: list) -> tuple[ScheduleBatch, list]:
         """``batch`` and ``outs`` minus the requests whose token must be dropped (jump-forward
@@ -117,18 +108,19 @@ class OverlapScheduler(Scheduler):
         their slots go back (from the batch's host copy: a device read here would wait for the
         step in flight), a dropped request's state is kept."""
         drop, host = batch.drop, batch.host_loc
-        if host is None or not (drop or any(s.req.finished for s in batch.slices)):
+        if host is None or not (drop or (batch.finished_mark != self.num_finished
+                                         and any(s.req.finish_reason is not None for s in batch.slices))):
             return batch, outs
         keep, gone, off = [], [], 0
         for i, s in enumerate(batch.slices):
-            (gone if id(s.req) in drop or s.req.finished else keep).append((i, off, s.length))
+            (gone if id(s.req) in drop or s.req.finish_reason is not None else keep).append((i, off, s.length))
             off += s.length
         tokens = lambda rows: [t for _, o, n in rows for t in range(o, o + n)]
         self.allocator.free(host[tokens(gone)])
         kept_tokens = tokens(keep)
         kept = ScheduleBatch(batch.mode, [batch.slices[i] for i, _, _ in keep], verify=batch.verify,
                              out_cache_loc=batch.out_cache_loc[to_device(kept_tokens, batch.out_cache_loc.device)],
-                             host_loc=host[kept_tokens])
+                             host_loc=host[kept_tokens], finished_mark=self.num_finished)
         return kept, [outs[i] for i, _, _ in keep]
 
     def _followup(self, prev: ScheduleBatch, next_ids: torch.Tensor) -> tuple[ScheduleBatch, torch.Tensor] | None:
@@ -139,22 +131,40 @@ class OverlapScheduler(Scheduler):
         sampled token and the forced tokens, so jumps keep the GPU busy too (a jump step, run as a
         ``verify``-style batch of running requests; only where it replays through a CUDA graph, or
         on CPU)."""
-        reqs = prev.reqs
-        if self.waiting or self.chunked_req is not None or self.running != reqs:
+        if self.waiting or self.chunked_req is not None:
             return None
-        if any(map(_needs_host_logits, reqs)):
+        facts = _facts(prev)
+        reqs = facts.reqs
+        if self.running != reqs or facts.needs_host_logits():
             return None
-        jumped = [r.needs_extend for r in reqs]
-        if True not in jumped:
-            got = self.allocator.alloc_with_host(len(reqs))
-            if got is None:
-                return None
-            # NOTE: a request's KV reaches its prev slice's end once prev is processed.
-            self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [s.end for s in prev.slices], got[0])
-            slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
-            return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=got[0], grammar=prev.grammar,
-                                 host_loc=got[1]), next_ids
-        return self._jump_step(prev, next_ids, jumped)
+        jumped = [r.needs_extend for r in reqs] if facts.grammar else ()  # NOTE: only grammars jump
+        if True in jumped:
+            return self._jump_step(prev, next_ids, jumped)
+        got = self.allocator.alloc_with_host(len(reqs))
+        if got is None:
+            return None
+        # NOTE: a request's KV reaches its prev slice's end once prev is processed.
+        pool = self.req_to_token_pool
+        if prev.mode != ForwardMode.DECODE:  # a jump step: the decode steps after it have facts of their own
+            ends = [s.end for s in prev.slices]
+            pool.write_batch(facts.rows, ends, got[0])
+            slices = [ReqSlice(s.req, e, e + 1, True) for s, e in zip(prev.slices, ends)]
+            facts = None
+        else:
+            if facts.next_index is None:
+                facts.next_index = pool.flat_index(facts.rows, [s.end for s in prev.slices])
+            pool.write_flat(facts.next_index, got[0])
+            facts.next_index += 1  # NOTE: in place, in stream order after the write
+            slices = facts.spare
+            if slices is None:
+                slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
+            else:  # NOTE: the slices of the step before prev, processed: reused
+                for s, p in zip(slices, prev.slices):
+                    e = p.end
+                    s.start, s.end = e, e + 1
+            facts.spare = prev.slices
+        return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=got[0], facts=facts, host_loc=got[1],
+                             finished_mark=self.num_finished), next_ids
 
     def _jump_step(self, prev: ScheduleBatch, next_ids: torch.Tensor, jumped: list[bool]):
         """:meth:`_followup` with jump-forward rows (see there), or None."""

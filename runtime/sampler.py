@@ -10,6 +10,7 @@ output processor ends that request with an error; the other rows sample normally
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -71,41 +72,80 @@ def filter_probs(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, 
     return torch.where(probs >= thr, probs, 0.0)
 
 
-def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None = None) -> torch.Tensor:
+@dataclass(slots=True)
+class SamplingColumns:
+    """The sampling settings of a batch's rows as tensors on the logits' device (row ``i`` is
+    ``reqs[i]``), built once per batch by :meth:`of` and reusable while the rows do not change.
+
+    greedy: per row, whether it takes the argmax. temperature, top_p, min_p: fp32 ``[B]``
+    (temperature clamped to ``[1e-6, 1e30]``); top_k: int64 ``[B]`` in ``[1, V]``; sampled: bool
+    ``[B]`` (not greedy); shared: int64 indices of the sampled rows without a generator of their
+    own (one draw from the batch's generator), or None; seeded: the sampled rows with one.
+    """
+
+    greedy: list[bool]
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    sampled: torch.Tensor
+    shared: torch.Tensor | None
+    seeded: list[int]
+
+    @classmethod
+    def of(cls, reqs: Sequence[Req], vocab: int, device: torch.device, dtype: torch.dtype = torch.float32,
+           greedy: list[bool] | None = None) -> "SamplingColumns | None":
+        """The columns of ``reqs`` (``greedy``: their ``is_greedy``, when known), or None when
+        some row's settings are not numbers (then rows are sampled one by one)."""
+        sp = [r.sampling_params for r in reqs]
+        greedy = greedy if greedy is not None else [p.is_greedy for p in sp]
+        try:
+            temp = to_device([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], device, dtype)
+            top_k = to_device([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], device)
+            top_p = to_device([float(p.top_p) for p in sp], device, dtype)
+            min_p = to_device([float(p.min_p) for p in sp], device, dtype)
+        except (TypeError, ValueError, OverflowError, RuntimeError):  # a bad value in some row
+            return None
+        shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
+        seeded = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is not None]
+        return cls(greedy, temp, top_k, top_p, min_p, ~to_device(greedy, device, torch.bool),
+                   to_device(shared, device) if shared else None, seeded)
+
+
+def sample(logits: torch.Tensor, reqs: Sequence[Req], generator: torch.Generator | None = None,
+           all_greedy: bool = False, columns: SamplingColumns | None = None) -> torch.Tensor:
     """Pick one token per row of fp32 ``logits [B, V]`` (already penalized and masked).
 
     Seeded requests draw from their own ``torch.Generator`` kept in ``req.generator``;
-    the others from ``generator``. Returns int64 ``[B]`` on the logits' device.
+    the others from ``generator``. ``all_greedy``: the caller knows that every request samples
+    greedily (``DecodeFacts.greedy``), so the rows are not checked one by one; ``columns``: the
+    rows' :class:`SamplingColumns` when the caller keeps them (else built here). Returns int64
+    ``[B]`` on the logits' device.
     """
     b, vocab = logits.shape
-    greedy = [r.sampling_params.is_greedy for r in reqs]
     top, out = logits.max(dim=-1)
-    # NOTE: one reduction for all rows (max propagates NaN; a row of -inf has max -inf); the
-    # per-row branch only runs when something is wrong
-    bad = torch.isnan(top) | (top == float("-inf"))
-    if all(greedy):
-        return _mark_bad(out, bad)
-    sp = [r.sampling_params for r in reqs]
-    try:
-        dev = logits.device
-        temp = to_device([min(max(float(p.temperature), 1e-6), 1e30) for p in sp], dev, logits.dtype)
-        top_k = to_device([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in sp], dev)
-        top_p = to_device([float(p.top_p) for p in sp], dev, logits.dtype)
-        min_p = to_device([float(p.min_p) for p in sp], dev, logits.dtype)
-    except (TypeError, ValueError, OverflowError, RuntimeError):  # a bad value in some row
-        return _sample_rows(logits, reqs, generator)
-    probs = filter_probs(torch.softmax(logits / temp[:, None], dim=-1), top_k, top_p, min_p)
-    sampled = ~to_device(greedy, logits.device, torch.bool)
-    bad = bad | (sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
+    # NOTE: one reduction for all rows (max propagates NaN; a row of -inf has max -inf): a row is
+    # unusable when its max is not > -inf (NaN compares False); the per-row branch only runs when
+    # something is wrong
+    ok = top > float("-inf")
+    if all_greedy:
+        return torch.where(ok, out, BAD_TOKEN)  # NOTE: no host sync (overlap scheduling)
+    if columns is None:
+        greedy = [r.sampling_params.is_greedy for r in reqs]
+        if all(greedy):
+            return torch.where(ok, out, BAD_TOKEN)
+        columns = SamplingColumns.of(reqs, vocab, logits.device, logits.dtype, greedy)
+        if columns is None:
+            return _sample_rows(logits, reqs, generator)
+    c = columns
+    probs = filter_probs(torch.softmax(logits / c.temperature[:, None], dim=-1), c.top_k, c.top_p, c.min_p)
+    bad = ~ok | (c.sampled & (~torch.isfinite(probs).all(-1) | ~(probs.sum(-1) > 0)))
     probs = torch.where(bad[:, None], 1.0, probs)  # NOTE: placeholder so multinomial takes the batch
     # NOTE: unseeded rows share one draw; seeded rows draw from their own generator.
-    shared = [i for i, r in enumerate(reqs) if not greedy[i] and r.generator is None]
-    if shared:
-        idx = to_device(shared, logits.device)
-        out[idx] = torch.multinomial(probs[idx], 1, generator=generator).squeeze(1)
-    for i, r in enumerate(reqs):
-        if not greedy[i] and r.generator is not None:
-            out[i] = torch.multinomial(probs[i], 1, generator=r.generator)[0]
+    if c.shared is not None:
+        out[c.shared] = torch.multinomial(probs[c.shared], 1, generator=generator).squeeze(1)
+    for i in c.seeded:
+        out[i] = torch.multinomial(probs[i], 1, generator=reqs[i].generator)[0]
     return _mark_bad(out, bad)
 
 

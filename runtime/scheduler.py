@@ -92,6 +92,7 @@ class Scheduler(PrefillAdmission):
         self.ran_batch = False  # whether the last step ran a forward pass
         self.cur_batch: ScheduleBatch | None = None  # the batch being run (for abort_all)
         self._checked_idle = True  # integrity checked since the last work
+        self.num_finished = 0  # requests finished so far (_finish): see ScheduleBatch.finished_mark
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked_req: Req | None = None
@@ -253,7 +254,7 @@ class Scheduler(PrefillAdmission):
         self.req_to_token_pool.write_batch([r.req_pool_idx for r in reqs], [r.kv_len for r in reqs], slots)
         slices = [ReqSlice(req, req.kv_len, req.kv_len + 1, True) for req in reqs]
         self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
-        return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots)
+        return ScheduleBatch(ForwardMode.DECODE, slices, out_cache_loc=slots, finished_mark=self.num_finished)
 
     def _retract(self, need: int) -> None:
         """Preempt running requests, largest KV first, until ``need`` slots can be had."""
@@ -312,29 +313,24 @@ class Scheduler(PrefillAdmission):
 
     def _process_decode(self, batch: ScheduleBatch, outs: list[StepOutput] | list[int]) -> list[Req]:
         """:meth:`_process` of a decode batch, columnar: the plain rows go through
-        ``OutputProcessor.process_decode`` in one call, the others row by row; the finished
-        requests leave ``running`` in one pass. Same request states and order as row by row.
-        ``outs`` may be the sampled ids alone (the overlap scheduler's decode steps)."""
+        ``OutputProcessor.process_decode`` in one call (all of them in one pass when the batch's
+        ``DecodeFacts`` say every row is plain), the others row by row; the finished requests
+        leave ``running`` in one pass. Same request states and order as row by row. ``outs``
+        may be the sampled ids alone (the overlap scheduler's decode steps)."""
         self.stats.num_decode_batches += 1
-        slices, reqs, gone = batch.slices, [], []
-        for i, s in enumerate(slices):
-            req = s.req
-            if req.finish_reason is not None:  # NOTE: finished while this batch was in flight (overlap)
-                gone.append(i)
-                continue
-            req.kv_len = s.end
-            if not req.return_logprob and s.end >= len(req.origin_input_ids):
-                req.input_logprobs_done = True  # NOTE: read by process() only with logprobs (set after it)
-            reqs.append(req)
-        if gone:
-            self.allocator.free(batch.out_cache_loc[gone])
-            slices = [s for s in slices if s.req.finish_reason is None]
-            outs = [o for o, s in zip(outs, batch.slices) if s.req.finish_reason is None]
+        slices = batch.slices
+        if batch.finished_mark != self.num_finished and any(s.req.finish_reason is not None for s in slices):
+            # NOTE: finished while this batch was in flight (overlap), or aborted since it was built
+            keep = [i for i, s in enumerate(slices) if s.req.finish_reason is None]
+            self.allocator.free(batch.out_cache_loc[[i for i, s in enumerate(slices) if s.req.finish_reason is not None]])
+            slices, outs = [slices[i] for i in keep], [outs[i] for i in keep]
         ids = not outs or type(outs[0]) is int
         tokens = outs if ids else [o.next_token_id for o in outs]
-        reasons, others = self.output_processor.process_decode(reqs, tokens)
+        facts = batch.facts
+        reasons, others = self.output_processor.process_decode(slices, tokens, facts is not None and facts.plain)
+        reqs = [s.req for s in slices]
         self.stats.generated_tokens += len(reqs) - len(others)  # NOTE: plain rows sampled one token each
-        for i in others:  # NOTE: _process_row also sets input_logprobs_done after process()
+        for i in others:  # NOTE: _process_row sets input_logprobs_done after process()
             reason = self._process_row(reqs[i], slices[i], StepOutput(next_token_id=tokens[i]) if ids else outs[i])
             if reason is not None:
                 reasons[i] = reason
@@ -350,6 +346,7 @@ class Scheduler(PrefillAdmission):
             self.tree_cache.cache_finished_req(req)
         req.finish_reason = reason
         req.status = ReqStatus.FINISHED
+        self.num_finished += 1
         self.output_processor.finish(req)
 
     def _idle_check(self) -> None:
