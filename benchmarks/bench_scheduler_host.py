@@ -20,6 +20,9 @@ The baseline git revision (``--base``) is laid out under /tmp with ``git archive
 the repeats kept; the output ids of both must agree.
 
     .venv/bin/python benchmarks/bench_scheduler_host.py [--base HEAD --bs 1 256 512 --steps 64 --repeat 5]
+
+With ``RADIXLM_BENCH_PROFILE=FILE`` in the environment, ``_child`` also writes a cProfile of the
+timed steps (thread CPU time) to FILE (its figures then include the profiler's cost).
 """
 
 from __future__ import annotations

@@ -94,6 +94,10 @@ class DecodeFacts:
         (a pending ``min_new_tokens``).
     spare: overlap: the slices of the step before the last one (processed, so free to reuse for
         the next step: a follow-up then allocates no ``ReqSlice``), or None.
+    stops: plain: the union of the requests' stop ids (``plain_check[0]``): a step whose tokens
+        miss it finished no request by a stop id.
+    room: plain: ``(req, n, k)``: when ``req`` had ``n`` outputs, no request was closer than
+        ``k`` tokens to its length limit (``plain_check[1]``); None: not worked out.
     columns: the rows' ``sampler.SamplingColumns`` (a batch that samples, not greedy; built on
         its first step; False: its settings are not numbers), or None.
     next_index: overlap: the ``req_to_token`` entries (``ReqToTokenPool.flat_index``, on its
@@ -108,6 +112,8 @@ class DecodeFacts:
     host_always: bool
     host_until: list[tuple[Req, float]]
     spare: list[ReqSlice] | None = None
+    stops: frozenset = frozenset()
+    room: tuple | None = None
     columns: object = None
     next_index: object = None
 
@@ -126,7 +132,20 @@ class DecodeFacts:
                 host_always = True
             elif until > 0:
                 host_until.append((r, until))
-        return cls(reqs, [r.req_pool_idx for r in reqs], greedy, grammar, plain, host_always, host_until)
+        facts = cls(reqs, [r.req_pool_idx for r in reqs], greedy, grammar, plain, host_always, host_until)
+        if plain:
+            facts.stops = frozenset().union(*(r.plain_check[0] for r in reqs))
+        return facts
+
+    def length_room(self, slices: list[ReqSlice]) -> int:
+        """plain: how many more tokens every request of ``slices`` (a subset of ``reqs``, which
+        all decode in step) takes before one may reach its length limit (0: one may now)."""
+        room = self.room
+        if room is None or room[0].finish_reason is not None:  # NOTE: worked out again when its anchor is gone
+            req = slices[0].req
+            k = min(s.req.plain_check[1] - len(s.req.output_ids) for s in slices)
+            room = self.room = (req, len(req.output_ids), k)
+        return room[2] - (len(room[0].output_ids) - room[1])
 
     def needs_host_logits(self) -> bool:
         """Whether some request's next token needs host-side logits processing."""

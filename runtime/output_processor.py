@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from radixlm.runtime.batch import ReqSlice, StepOutput
+from radixlm.runtime.batch import DecodeFacts, ReqSlice, StepOutput
 from radixlm.runtime.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.request import Req
 
@@ -69,27 +69,31 @@ class OutputProcessor:
         )
 
     def process_decode(self, slices: Sequence[ReqSlice], tokens: Sequence[int | None],
-                       plain: bool = False) -> tuple[dict[int, dict], list[int]]:
+                       facts: DecodeFacts | None = None) -> tuple[dict[int, dict], list[int]]:
         """Columnar :meth:`process` of one decode step's rows: ``slices[i]`` sampled
         ``tokens[i]``; each row's ``req.kv_len`` becomes its slice's end (the step's KV
         bookkeeping, in the same pass). A row is plain when its request has ``plain_check`` (no
         logprobs, stop strings nor grammar: its lazy detokenizer reads ``output_ids``) and a valid
         token: the token is appended and one set lookup and one comparison decide whether the
-        request may have finished (then :meth:`finish_reason` says why). ``plain``: the caller
-        knows that every request is plain (``DecodeFacts.plain``): the rows are then not checked
-        one by one. The request states are those :meth:`process` leaves. Returns
+        request may have finished (then :meth:`finish_reason` says why). ``facts``: the batch's
+        ``DecodeFacts``, when known; when every row is plain (``facts.plain``) the rows are not
+        checked one by one, and the finish checks run only when some token is a stop id of some
+        request (``facts.stops``) or some request may have reached its length limit
+        (``facts.length_room``). The request states are those :meth:`process` leaves. Returns
         ``({row: finish reason}, rows left to process())``."""
         reasons: dict[int, dict] = {}
         others: list[int] = []
-        if plain and (not tokens or min(tokens) >= 0):  # NOTE: the usual decode step
-            for i, (s, t) in enumerate(zip(slices, tokens)):
+        if facts is not None and facts.plain and slices and min(tokens) >= 0:  # NOTE: the usual decode step
+            for s, t in zip(slices, tokens):
                 req = s.req
                 req.kv_len = s.end
-                out = req.output_ids
-                out.append(t)
-                check = req.plain_check
-                if t in check[0] or len(out) >= check[1]:
-                    reasons[i] = self.finish_reason(req, t)
+                req.output_ids.append(t)
+            if facts.length_room(slices) <= 0 or not facts.stops.isdisjoint(tokens):
+                for i, (s, t) in enumerate(zip(slices, tokens)):
+                    req = s.req
+                    check = req.plain_check
+                    if t in check[0] or len(req.output_ids) >= check[1]:
+                        reasons[i] = self.finish_reason(req, t)
             return reasons, others
         for i, (s, t) in enumerate(zip(slices, tokens)):
             req = s.req

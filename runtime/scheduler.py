@@ -326,8 +326,7 @@ class Scheduler(PrefillAdmission):
             slices, outs = [slices[i] for i in keep], [outs[i] for i in keep]
         ids = not outs or type(outs[0]) is int
         tokens = outs if ids else [o.next_token_id for o in outs]
-        facts = batch.facts
-        reasons, others = self.output_processor.process_decode(slices, tokens, facts is not None and facts.plain)
+        reasons, others = self.output_processor.process_decode(slices, tokens, batch.facts)
         reqs = [s.req for s in slices]
         self.stats.generated_tokens += len(reqs) - len(others)  # NOTE: plain rows sampled one token each
         for i in others:  # NOTE: _process_row sets input_logprobs_done after process()

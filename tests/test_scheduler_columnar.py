@@ -186,3 +186,27 @@ def test_sampling_columns_give_the_same_draws():
     assert got[0] == got[1] and got[0][3] == BAD_TOKEN
     greedy = [Req("g", [1], SamplingParams(temperature=0))] * 12
     assert sample(logits.clone(), greedy, all_greedy=True).tolist() == sample(logits.clone(), greedy).tolist()
+
+
+def test_all_plain_batches_finish_by_stop_id_and_length_alike(tiny_llama):
+    """All-plain greedy batches (the overlap scheduler's one-pass path, whose finish checks run
+    only when a token is some request's stop id or some request nears its length limit): stop
+    ids, EOS and staggered length limits end the requests as in the synchronous scheduler."""
+    results, stop_ids = [], {}
+    for overlap in (False, False, True):
+        sched = make_scheduler(tiny_llama, enable_overlap_schedule=overlap)
+        tok = sched.output_processor.tokenizer
+        reqs = []
+        for i in range(12):
+            kw = {"max_new_tokens": 10 + i, "temperature": 0, "ignore_eos": i % 3 != 0}
+            if stop_ids and i % 4 == 1:
+                kw["stop_token_ids"] = [stop_ids[i]]
+            reqs.append(Req(f"r{i}", tok.encode(f"{i} def g(y):\n    return y + {i}"), SamplingParams(**kw)))
+        run_to_completion(sched, reqs)
+        if not stop_ids:
+            stop_ids = {i: r.output_ids[4] for i, r in enumerate(reqs)}
+            continue
+        results.append([(r.output_ids, r.finish_reason) for r in reqs])
+    assert results[0] == results[1]
+    assert any(r[1] == {"type": "stop", "matched": stop_ids[i]} for i, r in enumerate(results[0]) if i % 4 == 1)
+    assert any(r[1]["type"] == "length" for r in results[0])
