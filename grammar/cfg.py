@@ -117,6 +117,7 @@ class Lowering:
         self.rules = rules
         self.cfg = CFG()
         self.named: dict[str, int] = {}
+        self.order: list[str] = []  # named rules in the order first referenced
         self.shared: dict[object, int] = {}
         self.walk = Walk()
         self.symbols: dict[int, tuple[Node, int | None]] = {}
@@ -124,14 +125,17 @@ class Lowering:
     def build(self, root: Node, ignore: list[Node] = ()) -> CFG:
         start = self.cfg.nt("<start>")
         self.cfg.start = start
-        for name in self.rules:
-            self._named(name)
         body = self.seq(root)
         if body is None:  # NOTE: e.g. a schema no value satisfies once lowered
             raise GrammarError("the grammar matches no output")
         self.cfg.prods.append((start, tuple(body)))
-        for name, body in self.rules.items():
-            for alt_seq in self.alts(body):
+        # NOTE: only the rules the start reaches (lowering one may name more): an unused rule
+        # would still cost its terminals and their masks
+        done = 0
+        while done < len(self.order):
+            name = self.order[done]
+            done += 1
+            for alt_seq in self.alts(self.rules[name]):
                 self.cfg.prods.append((self.named[name], tuple(alt_seq)))
         for node in ignore:
             dfa = non_nullable(dfa_from_ast(node))
@@ -145,6 +149,7 @@ class Lowering:
             if name not in self.rules:
                 raise GrammarError(f"undefined rule {name!r}")
             self.named[name] = self.cfg.nt(name)
+            self.order.append(name)
         return self.named[name]
 
     def symbol(self, node: Node) -> int | None:

@@ -23,6 +23,7 @@ from radixlm.grammar.json_scalars import content_dfa
 # the outermost object is converted once while inner ones may be many). RADIXLM_JSON_EXTRAS=0
 # restores the strict mode of constrained decoding (no undeclared keys unless allowed explicitly).
 IMPLICIT = "x-implicit-additional"
+ANY_RULE = "__json_value"  # in a grammar, the rule of any JSON value
 EXTRA_DEPTH = 1
 EXTRA_DEPTH_ROOT = 3
 # Declared properties may come in any order (JSON Schema does not constrain it) when the automaton

@@ -57,7 +57,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.budget import check_budget, compile_budget
 from radixlm.grammar.dfa_ops import exactly_one
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.json_containers import ContainerMixin
+from radixlm.grammar.json_containers import ANY_RULE, ContainerMixin
 from radixlm.grammar.json_lexical import NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import disjoint, implied_types, valid_values
@@ -69,7 +69,6 @@ from radixlm.grammar.schema_rewrite import rewrite_conditionals
 
 MAX_WS = 20
 UNSUPPORTED = ("unevaluatedItems", "$dynamicRef", "$recursiveRef")
-ANY_RULE = "__json_value"
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
 RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule of its own
 LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)

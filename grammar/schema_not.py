@@ -9,6 +9,7 @@ from radixlm.grammar.ast import NOTHING, Node, alt
 from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_containers import ANY_RULE
 from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, merge, resolve_pointer
 
@@ -160,11 +161,65 @@ class NotMixin:
                 banned = alt(*(self.literal(v) for v in vals))
             if banned == NOTHING:
                 return out
-            return ("dfa", product(dfa_from_ast(out), dfa_from_ast(banned), "diff"))
+            return self._without(out, dfa_from_ast(banned), keys)
         raise GrammarError("unsupported JSON Schema keyword: 'not'")
+
+    def _without(self, out: Node, banned: Any, keys: set[str]) -> Node:
+        """``out`` minus the regular language ``banned`` (a byte DFA). A plain regex is an
+        automaton difference; in a grammar, ``out`` may hold rules (any JSON value, a long scalar
+        as a rule of its own): the difference goes into the alternatives of ``out`` and of those
+        rules, and an alternative that still holds a rule is kept whole when no string of
+        ``banned`` starts with a byte it can start with (``[`` / ``{`` against banned strings).
+        Raises GrammarError naming ``not`` where that does not decide it."""
+        if not self.walk.has_ref(out):
+            got = product(dfa_from_ast(out), banned, "diff")
+            return ("dfa", got) if got.start else NOTHING
+        if out[0] == "ref" and out[1] in self.rules:
+            body = self.rules[out[1]]
+            if out[1] == ANY_RULE:
+                body = self._any(out)  # one level unrolled: its inner values stay the rule
+            elif self.walk.has_ref(body):
+                body = None
+            if body is not None:
+                got = self._without(body, banned, keys)
+                return self.leaf_rule(got) if got[0] == "dfa" else got
+        elif out[0] == "alt":
+            return alt(*(self._without(it, banned, keys) for it in out[1]))
+        elif out[0] in ("scope", "cold"):
+            return self._without(out[1], banned, keys)
+        first = _first_bytes(out)
+        if first is not None and not first & _dfa_first_bytes(banned):
+            return out
+        raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) +
+                           ", around a recursive value)")
 
     # --- values -------------------------------------------------------------------------------
 
+
+
+def _dfa_first_bytes(dfa: Any) -> set[int]:
+    """The bytes a non-empty string of ``dfa`` may start with."""
+    if not dfa.start:
+        return set()
+    return {b for b in range(256) if dfa.trans[dfa.start, b]}
+
+
+def _first_bytes(node: Node) -> set[int] | None:
+    """The bytes a string of ``node`` may start with, where the node starts with a literal set of
+    ASCII characters or an automaton (None: not known, e.g. a rule or a nullable prefix)."""
+    while node[0] in ("scope", "cold", "share"):
+        node = node[2] if node[0] == "share" else node[1]
+    if node[0] == "cat" and node[1]:
+        node = node[1][0]
+        while node[0] in ("scope", "cold", "share"):
+            node = node[2] if node[0] == "share" else node[1]
+    if node[0] == "set" and node[1] and all(hi < 128 for _, hi in node[1]):
+        return {b for lo, hi in node[1] for b in range(lo, hi + 1)}
+    if node[0] == "dfa":
+        if node[1].start and node[1].accept[node[1].start]:
+            return None  # NOTE: nullable: the bytes after it may come first
+        return _dfa_first_bytes(node[1])
+    return None
 
 
 def unchecked_error(schema: dict) -> GrammarError | None:

@@ -45,6 +45,12 @@ REPOS = {"type": "object", "required": ["_elements"], "oneOf": [
     _repo("apt", {"type": "object", "required": ["url", "components"], "properties": {
         "url": {"type": "string"}, "components": {"type": "array", "items": {"type": "string"}}}})]}
 
+# MaskBench Github_easy---o35866, reduced: ``not {type: string, enum}`` on an untyped property of a
+# recursive schema: any JSON value (a rule) minus a few strings.
+NOT_IN_GRAMMAR = {"$defs": {"t": {"type": "object", "properties": {
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/t"}},
+    "country": {"not": {"type": "string", "enum": ["CAN", "USA"]}}}}}, "$ref": "#/$defs/t"}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("allOf through $ref keeps property order; oneOf of long strings", COMPETENCY,
@@ -58,6 +64,10 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"_attributes": {"system": "zypp"}, "_elements": [{"alias": "", "url": "u"}]},
       {"_attributes": {"system": "yum"}, "_elements": [{"alias": "a", "url": "u"}]},
       {"_attributes": {"system": "dnf"}, "_elements": []}, {"_elements": []}]),
+    ("not enum on any value, in a grammar", NOT_IN_GRAMMAR,
+     [{"country": "MEX"}, {"country": 1}, {"country": ["CAN"]}, {"country": {"a": "USA"}}, {"kids": [{"country": None}]},
+      {"country": "CANADA"}],
+     [{"country": "CAN"}, {"kids": [{"country": "USA"}]}]),
     ("oneOf of strings: lengths disjoint", {"oneOf": [{"type": "string", "maxLength": 300},
                                                       {"type": "string", "minLength": 301, "maxLength": 400}]},
      ["", "x" * 300, "y" * 301], ["z" * 401, 1]),
@@ -112,3 +122,21 @@ def test_sweep_cases_token_by_token(vocab: str) -> None:
             if res.accepted != want:
                 failures.append((name, value, want))
     assert not failures, failures
+
+
+def test_not_pattern_on_a_long_string_rule() -> None:
+    """MaskBench Github_easy---o1327, reduced: in a grammar compiled for its size, a long string is
+    a rule of its own; ``not pattern`` subtracts from that rule's automaton (it was a GrammarError
+    "rule reference inside a regular expression")."""
+    from radixlm.grammar.json_schema import json_schema_to_ast
+
+    schema = {"type": "object", "properties": {"org": {"type": "string", "maxLength": 500, "not": {"pattern": "[^a-z ]"}}}}
+    root, rules = json_schema_to_ast(schema, grammar=True)
+    from radixlm.grammar.cfg import lower
+
+    cfg = lower(root, rules)
+    assert all(name != "__leaf0" for name in cfg.nt_names)  # the unfiltered string: unused, not lowered
+    body = rules[[n for n in cfg.nt_names if n.startswith("__leaf")][0]]
+    assert body[0] == "dfa"
+    dfa = body[1]
+    assert dfa.matches('"ab c"') and not dfa.matches('"aB"') and not dfa.matches('"' + "a" * 501 + '"')
