@@ -145,16 +145,17 @@ class OverlapScheduler(Scheduler):
             return None
         # NOTE: a request's KV reaches its prev slice's end once prev is processed.
         pool = self.req_to_token_pool
-        if prev.mode != ForwardMode.DECODE:  # a jump step: the decode steps after it have facts of their own
-            ends = [s.end for s in prev.slices]
-            pool.write_batch(facts.rows, ends, got[0])
-            slices = [ReqSlice(s.req, e, e + 1, True) for s, e in zip(prev.slices, ends)]
-            facts = None
-        else:
+        if prev.mode == ForwardMode.DECODE and len(reqs) > 1:  # NOTE: one row: write_batch's one copy
             if facts.next_index is None:
                 facts.next_index = pool.flat_index(facts.rows, [s.end for s in prev.slices])
             pool.write_flat(facts.next_index, got[0])
             facts.next_index += 1  # NOTE: in place, in stream order after the write
+        else:
+            pool.write_batch(facts.rows, [s.end for s in prev.slices], got[0])
+        if prev.mode != ForwardMode.DECODE:  # a jump step: the decode steps after it have facts of their own
+            slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
+            facts = None
+        else:
             slices = facts.spare
             if slices is None:
                 slices = [ReqSlice(s.req, s.end, s.end + 1, True) for s in prev.slices]
