@@ -126,7 +126,9 @@ class SchemaConverter(ContainerMixin, NotMixin):
         for n in nots:
             types = self.apply_not_types(schema, n, types)
         if "enum" in schema or "const" in schema:
+            # NOTE: the values are filtered by the nots too (exact, also for numbers: 2 == 2.0)
             values = valid_values(schema, self.root)
+            nots = []
             out = alt(*(self.literal(v) for v in values))
         elif types is None:
             out = self.any_value()

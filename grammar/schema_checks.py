@@ -134,7 +134,8 @@ _REGISTRY: list = []
 
 
 def valid_values(schema: dict, root: Any) -> list[Any]:
-    """``enum`` / ``const`` members that satisfy the schema's other keywords."""
+    """``enum`` / ``const`` members that satisfy the schema's other keywords (``x-nots`` and
+    ``x-checks`` included: exact, by a validator; a GrammarError where it cannot check them)."""
     vals = [schema["const"]] if "const" in schema else list(schema["enum"])
     if "const" in schema and "enum" in schema:
         vals = [v for v in vals if any(_json_eq(v, e) for e in schema["enum"])]
@@ -145,7 +146,7 @@ def valid_values(schema: dict, root: Any) -> list[Any]:
         check = _validator(rest, root)
         return [v for v in vals if check.is_valid(v)]
     except Exception:  # noqa: BLE001 - an odd sub-schema: fall back to the type filter
-        if "x-checks" in rest:  # NOTE: only the validator can check those: refuse rather than guess
+        if "x-checks" in rest or "x-nots" in rest:  # NOTE: only the validator checks those: refuse, never guess
             raise GrammarError("unsupported JSON Schema keyword: 'not' (could not be checked)") from None
         ts = implied_types(rest)
         return [v for v in vals if ts is None or value_type(v) in ts or
