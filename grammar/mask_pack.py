@@ -47,3 +47,12 @@ def pack_pairs(src: np.ndarray, tokens: np.ndarray, trie: TokenTrie, rows: int, 
     bits = np.left_shift(1, tokens & 31).astype(np.float64)
     out = np.bincount(flat, weights=bits, minlength=rows * words)
     return out.astype(np.uint32).view(np.int32).reshape(rows, words)
+
+
+def pack_ids(tokens: np.ndarray, words: int) -> np.ndarray:
+    """int32 ``[words]`` bitmask of *distinct* token ids (int64; a repeated id would carry into the
+    next bit), exactly those (no byte-duplicates added): one bincount, no vocabulary-sized
+    temporary."""
+    bits = np.left_shift(1, tokens & 31).astype(np.float64)  # NOTE: distinct bits: sums are exact
+    out = np.bincount(tokens >> 5, weights=bits, minlength=words)
+    return out.astype(np.uint32).view(np.int32)

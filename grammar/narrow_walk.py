@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from radixlm.grammar.trie import TokenTrie
+from radixlm.grammar.mask_pack import pack_ids
+from radixlm.grammar.trie import TokenTrie, expand
 
 STEP_BUDGET = 300  # (pair, byte) steps before the Python walk hands over to the vectorized one
 SCAN_CHILDREN = 32  # nodes with up to this many children are scanned, larger ones looked up by byte
@@ -136,10 +137,7 @@ def pack_few(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     temporary."""
     if trie.dup_src.size and tokens.size:
         lo = np.searchsorted(trie.dup_src, tokens)
-        hi = np.searchsorted(trie.dup_src, tokens, side="right")
-        if (hi > lo).any():
-            extra = np.concatenate([trie.dup_dst[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a])
-            tokens = np.concatenate([tokens, extra])
-    bits = np.left_shift(1, tokens & 31).astype(np.float64)  # NOTE: distinct bits: sums are exact
-    out = np.bincount(tokens >> 5, weights=bits, minlength=words)
-    return out.astype(np.uint32).view(np.int32)
+        cnt = np.searchsorted(trie.dup_src, tokens, side="right") - lo
+        if cnt.any():
+            tokens = np.concatenate([tokens, trie.dup_dst[expand(lo, cnt)[0]]])
+    return pack_ids(tokens, words)

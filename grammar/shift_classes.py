@@ -6,18 +6,22 @@ previous one). Far from the chain's end, the copies admit the same tokens, but t
 states, on no cycle, so neither the region cache nor a reference state helps, and each first visit
 walked the whole trie (~1 ms, hundreds of slow steps on long strings).
 
-Exact criterion. Encode each live transition ``q -b-> r`` as *relative* (``r - q`` when ``-back
-<= r - q <= fwd``) or *absolute* (``r``; dead: 0), and give every state the id of its encoded row
-(:attr:`ShiftClasses.keys`). Let ``low[q]`` be the smallest state reachable from ``q`` by at most
-``depth - 1`` relative moves (``depth``: the trie's), and ``ahead`` bound how far a token prefix
-of under ``depth`` bytes can move forward by relative moves (the largest sum, over the trie's
-paths, of each byte's largest forward offset). If ``s - low[s] == t - low[t]`` and ``keys[s + i]
-== keys[t + i]`` for every ``low[s] - s <= i <= ahead``, then ``s`` and ``t`` admit the same
-tokens: walk both in lockstep along a token; a pair ``(a, a + c)`` (``c = t - s``) reached by
-``k < depth`` relative moves lies in that window, and equal keys send it on a byte to a dead pair,
-an *equal* pair (absolute move: both sides agree from there on) or ``(a', a' + c)`` again. Hence
+Exact criterion. Encode each live transition ``q -b-> r`` as *relative* (``r - q`` when that
+offset is a common one, :func:`common_offsets`) or *absolute* (``r``; dead: 0), and give every state the id of its encoded row
+(:attr:`ShiftClasses.keys`). Let ``low[q]`` and ``high[q]`` be the smallest and largest states
+reachable from ``q`` by at most ``depth - 1`` relative moves (``depth``: the trie's). If ``s -
+low[s] == t - low[t]``, ``high[s] - s == high[t] - t`` and ``keys[s + i] == keys[t + i]`` for
+every ``low[s] - s <= i <= high[s] - s``, then ``s`` and ``t`` admit the same tokens: walk both in
+lockstep along a token; a pair ``(a, a + c)`` (``c = t - s``) reached by ``k < depth`` relative
+moves lies in that window, and equal keys send it on a byte to a dead pair, an *equal* pair
+(absolute move: both sides agree from there on) or ``(a', a' + c)`` again. Hence
 equal masks. Windows are found by a rolling hash and then compared exactly, so a hash collision
 never shares a mask.
+
+With ``high`` taken over ``D - 1`` moves instead, the argument holds for the tokens of at most
+``D`` bytes: near a chain's end (or its ``minLength`` boundary) no copy matches over the whole
+depth, but many match for the short tokens, and only the longer ones are walked
+(:mod:`radixlm.grammar.tall_trie`).
 """
 
 from __future__ import annotations
@@ -28,17 +32,20 @@ from radixlm.grammar.trie import TokenTrie
 
 MAX_STEP = 128  # relative moves span at most this many states (wider: absolute, still exact)
 MIN_SHARE = 500  # ... and keep only offsets taken by >= 1/MIN_SHARE of the edges that way
+DEPTHS = (12, 16, 24, 32, 48, 64, 96)  # token lengths (bytes) of the depth-limited windows
 _P = 0x9E3779B97F4A7C15  # odd multiplier of the rolling hash (mod 2**64)
 
 
-def _common_max(off: np.ndarray) -> int:
-    """The largest offset in ``off`` (int, ``1..MAX_STEP``, one per edge) taken by at least
-    ``1/MIN_SHARE`` of the edges (0: none)."""
-    if off.size == 0:
-        return 0
-    hist = np.bincount(off, minlength=MAX_STEP + 1)
-    common = np.nonzero(hist >= max(8, off.size // MIN_SHARE))[0]
-    return int(common.max()) if common.size else 0
+def common_offsets(off: np.ndarray) -> np.ndarray:
+    """bool ``[2 * MAX_STEP + 1]`` (index ``o + MAX_STEP``): the offsets in ``off`` (int, one per
+    edge, ``|o| <= MAX_STEP``) taken by at least ``1/MIN_SHARE`` of the edges (and 8), and 0.
+
+    NOTE: a set, not an interval: a chain's exits (one edge per copy, each at its own distance
+    from the state after the string) stay absolute, so the copies' rows agree."""
+    hist = np.bincount(off + MAX_STEP, minlength=2 * MAX_STEP + 1)
+    out = hist >= max(8, off.size // MIN_SHARE)
+    out[MAX_STEP] = True
+    return out
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -89,96 +96,104 @@ def reach_low(src: np.ndarray, dst: np.ndarray, n: int, rounds: int) -> np.ndarr
     return low
 
 
-def byte_advance(ptr: np.ndarray, col: np.ndarray, off: np.ndarray, rel: np.ndarray) -> np.ndarray:
-    """int64 ``[256]``: each byte's largest forward offset among the relative runs (``off``,
-    ``rel`` per run; runs as in :class:`ShiftClasses`), 0 when it never moves forward."""
-    end = np.empty_like(col)
-    end[:-1] = col[1:]
-    end[ptr[1:] - 1] = 256  # NOTE: a row's last run ends at byte 256
-    fwd = rel & (off > 0)
-    shapes = np.unique((col[fwd].astype(np.int64) * 512 + end[fwd]) * (MAX_STEP + 1) + off[fwd])
-    out = np.zeros(256, dtype=np.int64)
-    for key in shapes.tolist():  # NOTE: few distinct (first byte, end, offset) run shapes
-        ce, o = divmod(key, MAX_STEP + 1)
-        c, e = divmod(ce, 512)
-        np.maximum(out[c:e], o, out=out[c:e])
+def reach_high(src: np.ndarray, dst: np.ndarray, n: int, rounds: list[int]) -> dict[int, np.ndarray]:
+    """``{r: int64 [n]}`` for each ``r`` in ``rounds``: the largest state reachable from each state
+    along at most ``r`` of the edges ``src -> dst`` (sorted by ``src``); one gather per round,
+    later entries shared once stable (as :func:`reach_low`)."""
+    high = np.arange(n, dtype=np.int64)
+    out: dict[int, np.ndarray] = {}
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if src.size else np.zeros(0, np.int64)
+    heads = src[starts]
+    done = 0
+    stable = src.size == 0
+    for r in sorted(rounds):
+        while done < r and not stable:
+            new = np.maximum(high[heads], np.maximum.reduceat(high[dst], starts))
+            stable = np.array_equal(new, high[heads])
+            high = high.copy()
+            high[heads] = new
+            done += 1
+        out[r] = high
     return out
-
-
-def reach_ahead(trie: TokenTrie, adv: np.ndarray) -> int:
-    """The largest sum of ``adv[byte]`` along a trie path of fewer than ``max_depth`` bytes."""
-    best = 0
-    total = np.zeros(trie.n_nodes, dtype=np.int64)
-    for lo, hi, parent, byte in trie.levels():
-        if hi > trie.depth_start[-2]:
-            break  # NOTE: the deepest nodes need only liveness, which their parent's key covers
-        total[lo:hi] = total[parent] + adv[byte]
-        best = max(best, int(total[lo:hi].max()))
-    return best
 
 
 class ShiftClasses:
     """States of one DFA whose masks equal by the module's criterion, for one trie.
 
     ``match(s)`` returns a registered state with the same mask as ``s`` (or -1); ``register(s)``
-    records that ``s``'s mask is known. Single-writer (the DfaIndex that owns it)."""
+    records that ``s``'s mask is known. ``match_depth(s)`` relaxes the criterion to the tokens of
+    at most ``D`` bytes for ``D`` in ``DEPTHS`` (windows up to the states ``D - 1`` relative moves
+    reach): those tokens fare alike from both states, by the same lockstep argument over their
+    ``L <= D`` transitions. Single-writer (the DfaIndex that owns it)."""
 
     def __init__(self, ptr: np.ndarray, col: np.ndarray, dst: np.ndarray, trie: TokenTrie) -> None:
         """``ptr``, ``col``, ``dst``: the DFA's rows as byte runs (state ``q``'s runs
         ``ptr[q]:ptr[q+1]`` start at bytes ``col`` and go to states ``dst``, 0 dead)."""
         n = ptr.size - 1
-        self.ahead = 0  # 0: no classes (nothing ever matches)
-        self.known: dict[tuple[int, int], int] = {}  # (hash, s - low[s]) -> a state with a mask
+        self.ahead = 0  # 0: no classes (nothing ever matches); else the longest full-depth window
         self.hits = 0
+        self.levels: list[int] = []  # token bytes D of the windows, the full depth first
         src = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
         off = dst.astype(np.int64) - src
         near = (dst != 0) & (np.abs(off) <= MAX_STEP)
         pairs = np.unique(src[near] * n + dst[near])  # NOTE: edges, not runs (one per target)
         e_src, e_dst = pairs // n, pairs % n
         e_off = e_dst - e_src
-        fwd = _common_max(e_off[e_off > 0])
-        back = _common_max(-e_off[e_off < 0])
+        common = common_offsets(e_off)
         depth = trie.max_depth
-        if fwd == 0 or fwd * max(depth - 1, 0) + 1 >= n:
-            return  # NOTE: no window fits in the DFA: nothing can match
-        rel = (dst != 0) & (off >= -back) & (off <= fwd)
-        ahead = reach_ahead(trie, byte_advance(ptr, col, off, rel))
-        if ahead + 1 >= n:
-            return
-        e_rel = (e_off >= -back) & (e_off <= fwd)
+        if not common[MAX_STEP + 1 :].any() or depth < 2:
+            return  # NOTE: no chain (no common forward move): nothing can match
+        rel = (dst != 0) & (np.abs(off) <= MAX_STEP) & common[np.clip(off, -MAX_STEP, MAX_STEP) + MAX_STEP]
+        e_rel = common[e_off + MAX_STEP]
+        self.levels = [depth] + [d for d in reversed(DEPTHS) if d < depth]
+        # NOTE: a token of L bytes takes its transitions from states at most L - 1 moves away
+        highs = reach_high(e_src[e_rel], e_dst[e_rel], n, [d - 1 for d in self.levels])
+        self.high = {d: highs[d - 1] for d in self.levels}
         self.low = reach_low(e_src[e_rel], e_dst[e_rel], n, depth - 1)
-        enc = np.where(rel, off - (fwd + 1), dst)
-        # NOTE: distinct negative sentinels past the last state: a window running off the end
-        # matches no other window. State q's window is keys[low[q] : q + ahead + 1].
-        keys = np.concatenate([row_keys(ptr, col, enc), -1 - np.arange(ahead, dtype=np.int64)])
-        rnd = np.random.default_rng(0).integers(1, 2**63, size=keys.size, dtype=np.uint64)
-        vals = rnd[np.where(keys >= 0, keys, keys.size + keys)]
-        powers = np.cumprod(np.full(keys.size, _P, dtype=np.uint64))  # P^(i+1), wrapping
+        self.ahead = int((self.high[depth] - np.arange(n)).max())
+        keys = row_keys(ptr, col, np.where(rel, off - (MAX_STEP + 1), dst))  # NOTE: relative codes < 0 < states
+        rnd = np.random.default_rng(0).integers(1, 2**63, size=2 * n + 1, dtype=np.uint64)  # NOTE: ids < 2n
+        powers = np.cumprod(np.full(n, _P, dtype=np.uint64))  # P^(i+1), wrapping
         inv = np.cumprod(np.full(n, pow(_P, -1, 1 << 64), dtype=np.uint64))
-        prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(vals * powers, dtype=np.uint64)])
-        end = np.arange(n) + ahead + 1
-        self.hash = (prefix[end] - prefix[self.low]) * inv[self.low]  # equal for equal windows
+        prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(rnd[keys] * powers, dtype=np.uint64)])
+        # NOTE: state q's window at depth D is keys[low[q] : high_D[q] + 1]; equal windows hash equal
+        self.hash = {d: (prefix[h + 1] - prefix[self.low]) * inv[self.low] for d, h in self.high.items()}
+        self.known: dict[tuple, int] = {}  # (D, hash, s - low[s], high[s] - s) -> a state with a mask
         self.keys = keys
-        self.ahead = ahead
 
-    def _key(self, s: int) -> tuple[int, int]:
-        return int(self.hash[s]), s - int(self.low[s])
+    def _key(self, s: int, d: int) -> tuple[int, int, int, int]:
+        return d, int(self.hash[d][s]), s - int(self.low[s]), int(self.high[d][s]) - s
+
+    def _find(self, s: int, d: int) -> int:
+        """A registered state whose depth-``d`` window equals ``s``'s (checked exactly), or -1."""
+        t = self.known.get(self._key(s, d), -1)
+        if t < 0 or t == s:
+            return t
+        hs, ht = int(self.high[d][s]), int(self.high[d][t])
+        if not np.array_equal(self.keys[int(self.low[s]) : hs + 1], self.keys[int(self.low[t]) : ht + 1]):
+            return -1
+        return t
 
     def match(self, s: int) -> int:
         """A registered state whose mask ``s`` shares (its rows agree with ``s``'s, shifted, over
         the whole reach; checked exactly after the hash lookup), ``s`` itself if registered, or -1."""
-        if not self.ahead:
+        if not self.levels:
             return -1
-        t = self.known.get(self._key(s), -1)
-        if t < 0 or t == s:
-            return t
-        lo_s, lo_t, a = int(self.low[s]), int(self.low[t]), self.ahead
-        if not np.array_equal(self.keys[lo_s : s + a + 1], self.keys[lo_t : t + a + 1]):
-            return -1
-        self.hits += 1
+        t = self._find(s, self.levels[0])
+        if t >= 0 and t != s:
+            self.hits += 1
         return t
 
+    def match_depth(self, s: int) -> tuple[int, int]:
+        """``(t, D)``: a registered state ``t != s`` from which every token of at most ``D`` bytes
+        fares as from ``s``, for the largest such ``D`` below the full depth; ``(-1, 0)``: none."""
+        for d in self.levels[1:]:
+            t = self._find(s, d)
+            if t >= 0 and t != s:
+                return t, d
+        return -1, 0
+
     def register(self, s: int) -> None:
-        """Offer ``s`` (whose mask is now known) as the representative of its key."""
-        if self.ahead:
-            self.known.setdefault(self._key(s), s)
+        """Offer ``s`` (whose mask is now known) as the representative of its keys."""
+        for d in self.levels:
+            self.known.setdefault(self._key(s, d), s)

@@ -1,10 +1,7 @@
 """DFA state -> allowed-token bitmask, by walking the vocabulary trie against the byte DFA.
 
-Two walks, both vectorized with numpy:
-- sparse (:func:`walk_from`): breadth-first over live ``(trie node, DFA state)`` pairs, dropping
-  dead branches, so a restrictive state (after ``{`` only ``"`` survives) costs little;
-- dense (:func:`dense_walk`): every trie node of a depth at once, for "free" states (inside a
-  string) where most of the trie is live.
+Two numpy walks: sparse (:func:`walk_from`, live ``(trie node, DFA state)`` pairs breadth-first:
+restrictive states cost little) and dense (:func:`dense_walk`, every node of a depth at once).
 
 Free states are further shared across contexts and grammars through their *loop region*: the
 states on short cycles through the state (a string body with its escapes and UTF-8 continuation
@@ -15,7 +12,8 @@ tokens that leave it (a closing quote and what follows) are walked per state.
 First visits while serving (one or a few states per call) avoid numpy's per-call overhead where
 they can: narrow states, region exits and differential masks walk the trie in Python under a step
 budget (:mod:`radixlm.grammar.narrow_walk`), and the copies of a counting chain (``maxLength``
-strings) share masks (:mod:`radixlm.grammar.shift_classes`).
+strings) share masks (:mod:`radixlm.grammar.shift_classes`), near a chain's ends for the short
+tokens only (the long ones walked: :mod:`radixlm.grammar.tall_trie`).
 """
 
 from __future__ import annotations
@@ -25,10 +23,11 @@ import hashlib
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
-from radixlm.grammar.mask_pack import pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
+from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.shift_classes import ShiftClasses
+from radixlm.grammar.tall_trie import short_mask, tall_trie
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-exported)
@@ -37,6 +36,7 @@ REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) sta
 FEW_NARROW = 4  # first visits of up to this many narrow states try Python walks first
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
+TALL_SHARE = 2  # depth-limited shift matches: the long tokens' trie under 1/TALL_SHARE of the walk
 
 
 class DfaIndex:
@@ -130,8 +130,6 @@ class DfaIndex:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
         cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
-        if self._shifts is not None and not all(cheap):
-            todo, cheap = self._shared(todo, cheap)
         is_wide = [not c and self.cost2(s) >= WIDE_NODES for s, c in zip(todo, cheap)]
         narrow = [s for s, w in zip(todo, is_wide) if not w]
         wide = [s for s, w in zip(todo, is_wide) if w]
@@ -164,11 +162,15 @@ class DfaIndex:
                     got = seen[key] = pack_tokens(toks, self.trie, self.words)
                 self.masks[s] = got
         pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        for s in wide:
+        for s in wide:  # NOTE: in state order, so a chain's copies find the earlier ones registered
+            if self._shifts is not None and self._shared(s):
+                continue
             check_budget("computing token masks", 300 + self.cost2(s) // 100)  # NOTE: no-op outside a compile
             got = self._wide(s, pending)
             if got is not None:
                 self.masks[s] = got
+                if self._shifts is not None:
+                    self._shifts.register(s)
         if pending:
             self._finish_exits(pending)
         if self._shifts is not None:
@@ -225,18 +227,30 @@ class DfaIndex:
         self.masks[s] = internal | pack_few(arr, self.trie, self.words)
         return True
 
-    def _shared(self, todo: list[int], cheap: list[bool]) -> tuple[list[int], list[bool]]:
-        """Take the masks of wide states in ``todo`` from known states of their shift class
-        (:mod:`radixlm.grammar.shift_classes`); returns the states left and their ``cheap``."""
-        left, left_cheap = [], []
-        for s, c in zip(todo, cheap):
-            t = -1 if c else self._shifts.match(s)
-            if t >= 0 and t in self.masks:
-                self.masks[s] = self.masks[t]
-            else:
-                left.append(s)
-                left_cheap.append(c)
-        return left, left_cheap
+    def _shared(self, s: int) -> bool:
+        """Take the mask of wide state ``s`` from a known state of its shift class
+        (:mod:`radixlm.grammar.shift_classes`), whole or for the tokens up to some length
+        (:meth:`_by_depth`); False (nothing set) when none matches."""
+        t = self._shifts.match(s)
+        if t >= 0 and t in self.masks:
+            self.masks[s] = self.masks[t]
+            return True
+        return self._by_depth(s)
+
+    def _by_depth(self, s: int) -> bool:
+        """Mask of ``s`` as ``(mask(t) & short(D)) | long(s, D)`` (:mod:`radixlm.grammar.tall_trie`)
+        for a known ``t`` matching ``s`` up to ``D`` bytes (``s`` is registered); else False."""
+        t, d = self._shifts.match_depth(s)
+        if t < 0 or t not in self.masks:
+            return False
+        tall = tall_trie(self.trie, d)
+        if TALL_SHARE * tall.n_nodes >= self.cost2(s):
+            return False
+        st = dense_walk(self.trans, tall, s)
+        long_tokens = pack_ids(tall.long_ids[st[tall.long_nodes] != 0], self.words)
+        self.masks[s] = (self.masks[t] & short_mask(self.trie, d, self.words)) | long_tokens
+        self._shifts.register(s)
+        return True
 
     def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one

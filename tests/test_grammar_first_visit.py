@@ -24,6 +24,9 @@ class _Never:
     def match(self, s: int) -> int:
         return -1
 
+    def match_depth(self, s: int) -> tuple[int, int]:
+        return -1, 0
+
     def register(self, s: int) -> None:
         pass
 
@@ -199,3 +202,49 @@ def test_python_delta_equals_delta_mask() -> None:
         assert np.array_equal(got, want), (s, g)
         assert (got is base) == (want is base), (s, g)
         assert np.array_equal(got, _brute(dfa, tokens, s, words)), (s, g)
+
+
+def _states_until_dead(dfa, text: bytes) -> list[int]:
+    """The states along ``text`` from the start, up to where the DFA rejects it (a chain's end)."""
+    out, s = [], dfa.start
+    for b in text:
+        s = dfa.step(s, bytes([b]))
+        if not s:
+            break
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("bounds", ["0,150", "30,150", "0,45"])
+def test_depth_limited_masks_equal_brute_force_synthetic(monkeypatch, bounds: str) -> None:
+    """States near a chain's end or its ``minLength`` boundary match earlier copies only for the
+    short tokens (``ShiftClasses.match_depth``); their masks (short part shared, long tokens
+    walked on the tall trie) equal the brute force, in any visiting order."""
+    monkeypatch.setattr(token_index, "WIDE_NODES", 1)
+    monkeypatch.setattr(token_index, "TALL_SHARE", 0)  # NOTE: take every depth match the vocabulary allows
+    monkeypatch.setattr(shift_classes, "DEPTHS", (4, 6, 9, 12, 18, 24))
+    dfa = regex_to_dfa(CHAIN.replace("{0,%d}", "{%s}") % bounds)
+    tokens = _vocab(seed=3)
+    trie = TokenTrie(tokens)
+    words = (len(tokens) + 31) // 32
+    index = DfaIndex(dfa.trans, trie, words, RegionCache())
+    calls = []
+    orig = index._by_depth
+    monkeypatch.setattr(index, "_by_depth", lambda s: calls.append(orig(s)) or calls[-1])
+    states = _states_until_dead(dfa, ('"' + 'ab é\\n\\u00e9語xyz' * 14).encode())
+    for order in (states, list(range(1, dfa.n_states))):
+        for s in order:
+            assert np.array_equal(index.mask(s), _brute(dfa, tokens, s, words)), s
+    assert any(calls)  # the depth-limited path served some states
+
+
+def test_depth_limited_masks_equal_plain_walk_real_vocab() -> None:
+    info = load_compiler(DEFAULT_TOKENIZER).tokenizer_info
+    dfa = regex_to_dfa(CHAIN.replace("{0,%d}", "{%s}") % "20,90")
+    trie = info.walk_trie(dfa.trans)
+    fast = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
+    plain = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
+    plain._shifts = _Never()
+    text = ('"' + 'The quick brown fox, é\\"語\\u00e9 ' * 4).encode()
+    for s in _states_until_dead(dfa, text):
+        assert np.array_equal(fast.mask(s), plain.mask(s)), s
