@@ -21,7 +21,10 @@ The arithmetic underestimates both sides by about the same factor (H200, Llama-3
 rows under 8 shared 2,048-token prompts: a decode step 22 ms vs 8 ms of bytes, 650 prefill tokens
 40 ms vs 15 ms of FLOPs; ``benchmarks/mixed_steps.py``), so ``ratio`` is close to the measured one:
 2.0 gave a decode-token-weighted step time p99 / p50 of 2.6 there (3.8 with the fixed 2,048) at
-~20% more time for that load; 2.5 keeps unshared 1,024-token contexts at the full chunk.
+~20% more time for that load; 2.5 keeps unshared 1,024-token contexts at the full chunk. A small
+model's decode step is mostly per-step work that bytes do not count (SmolLM2-135M dims, 2,048 x
+256/256: ~15% less throughput with the model), so the policy is opt-in
+(``ServerArgs.mixed_chunk_policy = "cost"``).
 """
 
 from __future__ import annotations

@@ -60,10 +60,15 @@ class ServerArgs:
             H200, 512 x 1024/256 on Llama-3.1-8B dims: 8,192-token mixed chunks gave ITL p99
             199 ms, 2,048 gave 63 ms at 2% longer duration; 2,048 x 256/256 on SmolLM2-135M dims:
             2,048-token chunks cost 14% throughput and raised ITL p99 (32 vs 10 ms at 8,192),
-            a step there being bound by per-step work, not by prefill compute. With the
-            default, CUDA steps take at most that many tokens, fewer when the decode batch the
-            queue heads to is light (short or shared contexts): the chunk may cost about two
-            decode steps (``runtime/mixed_chunk.py``). An explicit value is used as is.
+            a step there being bound by per-step work, not by prefill compute.
+        mixed_chunk_policy: ``fixed`` (default): every mixed step takes up to
+            ``mixed_chunk_size`` prefill tokens. ``cost``: on CUDA, without an explicit
+            ``mixed_chunk_size``, fewer when the decode batch the queue heads to is light (short or
+            shared contexts), so that the chunk costs about 2.5 decode steps
+            (``runtime/mixed_chunk.py``). H200: it cut the decode-token-weighted step time p99 / p50
+            of 8 x 64 prompts under 2,048 shared tokens from 3.8 to 2.6 at ~20% more time, and cost
+            SmolLM2-135M dims 2,048 x 256/256 ~15% throughput (its decode steps cost per-step work
+            the byte count does not see), hence opt-in.
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
             text is kept verbatim, see docs/grammar.md for the retokenization rule). Default on,
             for every device: under overlap scheduling a jump rides the next overlapped step and
@@ -119,6 +124,7 @@ class ServerArgs:
     enable_cascade_attention: bool | None = None
     enable_mixed_chunk: bool = True
     mixed_chunk_size: int | None = None
+    mixed_chunk_policy: str = "fixed"
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
     speculative_algorithm: str | None = None
     speculative_num_draft_tokens: int = 8  # H200, SmolLM2 bs 1: extraction 1.50x -> 1.58x wall vs k=4
@@ -143,6 +149,8 @@ class ServerArgs:
             raise ValueError("need 1 <= speculative_ngram_min_match_window_size <= speculative_ngram_max_match_window_size")
         if self.speculative_ngram_capacity < 0:
             raise ValueError("speculative_ngram_capacity must be >= 0 (0: no global n-gram store)")
+        if self.mixed_chunk_policy not in ("fixed", "cost"):
+            raise ValueError(f"mixed_chunk_policy must be fixed or cost, got {self.mixed_chunk_policy!r}")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:

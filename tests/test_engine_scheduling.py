@@ -219,11 +219,12 @@ def test_mixed_chunk_budget_follows_the_decode_batch_cost():
 
 
 def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
-    """With a cost model for the device, the mixed chunk follows the KV of the decode batch the
-    queue heads to; without one, or with an explicit ``mixed_chunk_size``, it is the fixed size."""
+    """``mixed_chunk_policy="cost"`` with a cost model for the device: the mixed chunk follows the
+    KV of the decode batch the queue heads to; without one, with an explicit ``mixed_chunk_size``
+    or with the default ``fixed`` policy, it is the fixed size."""
     from radixlm.runtime import scheduler_admission
 
-    sched = make_scheduler(tiny_llama, chunked_prefill_size=8192)
+    sched = make_scheduler(tiny_llama, chunked_prefill_size=8192, mixed_chunk_policy="cost")
     fixed = sched.mixed_chunk_size
     assert sched._mixed_budget() == fixed  # no cost model for the CPU
     monkeypatch.setitem(scheduler_admission.MACHINE_BALANCE, "cpu", 175.0)
@@ -236,6 +237,11 @@ def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
     for i in range(1, 64):  # a long queue: the batch it heads to reads more KV
         sched.add_request(make_req(sched, i, SNIPPETS[i % len(SNIPPETS)] * 4))
     assert sched._mixed_budget() > light
-    explicit = make_scheduler(tiny_llama, mixed_chunk_size=300)
-    monkeypatch.setitem(scheduler_admission.MACHINE_BALANCE, "cpu", 175.0)
+    explicit = make_scheduler(tiny_llama, mixed_chunk_size=300, mixed_chunk_policy="cost")
     assert explicit._mixed_budget() == 300
+    default = make_scheduler(tiny_llama, chunked_prefill_size=8192)
+    default.add_request(make_req(default, 0, SNIPPETS[0]))
+    default.step()
+    assert default.args.mixed_chunk_policy == "fixed" and default._mixed_budget() == default.mixed_chunk_size
+    with pytest.raises(ValueError, match="mixed_chunk_policy"):
+        make_scheduler(tiny_llama, mixed_chunk_policy="adaptive")
