@@ -62,6 +62,21 @@ def load_compiler(name: str) -> GrammarCompiler:
     return GrammarCompiler(load_tokenizer(name))
 
 
+def table_vocabularies() -> list[str]:
+    """The vocabularies accept/reject tables walk token by token: the default model's byte-level
+    BPE, and SentencePiece ``llama-spm`` where the shared data is present."""
+    return [n for n in (DEFAULT_TOKENIZER, "llama-spm") if tokenizer_available(n)]
+
+
+def schema_validator(schema: Any, formats: bool = False) -> Any:
+    """A jsonschema validator for ``schema`` (its ``$schema`` draft, else 2020-12); ``formats``:
+    also assert ``format`` keywords."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER) if formats else cls(schema)
+
+
 def encode_exact(tokenizer: Any, info: TokenizerInfo, text: str) -> list[int]:
     """Token ids whose bytes are exactly ``text``, as the tokenizer would produce them mid-stream
     (SentencePiece adds a leading ``▁`` at the start of a text: tokenize after a newline then)."""

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 import time
-from functools import lru_cache
 from typing import Any
 
-import jsonschema
 import pytest
 
-from radixlm.grammar import GrammarCompiler, GrammarError, allocate_token_bitmask
+from radixlm.grammar import GrammarError, allocate_token_bitmask
 from radixlm.grammar.json_schema import json_schema_to_ast
-from radixlm.grammar.maskbench import run_instance, shared_data
+from radixlm.grammar.maskbench import (
+    DEFAULT_TOKENIZER, load_compiler, load_tokenizer, run_instance, schema_validator, table_vocabularies,
+)
 
 DEFS = {"$defs": {"pos": {"type": "integer", "minimum": 1}, "name": {"type": "string", "maxLength": 3}}}
 TREE = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
@@ -107,44 +107,19 @@ CASES: list[tuple[str, Any, list, list]] = [
 ]
 
 
-def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
-
-
 @pytest.mark.parametrize("keyword,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
 def test_table_agrees_with_jsonschema(keyword: str, schema: Any, valid: list, invalid: list) -> None:
-    check = _validator(schema)
+    check = schema_validator(schema, formats=True)
     assert all(check.is_valid(v) for v in valid), keyword
     if keyword.startswith("format") and not {"date-time", "uri"} <= set(check.format_checker.checkers):
         return  # NOTE: jsonschema checks these formats only with optional packages installed
     assert not any(check.is_valid(v) for v in invalid), keyword
 
 
-def _vocabularies() -> list[str]:
-    names = ["default"]
-    if (shared_data() / "tokenizers" / "llama-spm").is_dir():
-        names.append("llama-spm")
-    return names
-
-
-@lru_cache(maxsize=None)
-def _setup(name: str) -> tuple[Any, GrammarCompiler]:
-    from transformers import AutoTokenizer
-
-    if name == "default":
-        from radixlm.runtime.default_model import default_model_path
-
-        tok = AutoTokenizer.from_pretrained(default_model_path())
-    else:
-        tok = AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
-    return tok, GrammarCompiler(tok)
-
-
-@pytest.mark.parametrize("vocab", _vocabularies())
+@pytest.mark.parametrize("vocab", table_vocabularies())
 def test_keywords_token_by_token(vocab: str) -> None:
-    tok, comp = _setup(vocab)
-    if vocab == "default":
+    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
+    if vocab == DEFAULT_TOKENIZER:
         assert comp.tokenizer_info.tokenizer_size == 49152
     bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
     failures = []
@@ -178,7 +153,7 @@ def test_shared_definitions_many_levels_deep_compile_quickly() -> None:
                                                        "r": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(30)}
     defs["d30"] = {"type": "integer"}
     schema = {"$defs": defs, "$ref": "#/$defs/d0"}
-    _, comp = _setup("default")
+    comp = load_compiler(DEFAULT_TOKENIZER)
     t0 = time.perf_counter()
     try:
         compiled = comp.compile_json_schema(schema)

@@ -20,14 +20,14 @@ against ``jsonschema``."""
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from typing import Any
 
-import jsonschema
 import pytest
 
-from radixlm.grammar import GrammarCompiler, GrammarError, GrammarMatcher, allocate_token_bitmask
-from radixlm.grammar.maskbench import encode_exact, run_instance, shared_data
+from radixlm.grammar import GrammarError, GrammarMatcher, allocate_token_bitmask
+from radixlm.grammar.maskbench import (
+    DEFAULT_TOKENIZER, encode_exact, load_compiler, load_tokenizer, run_instance, schema_validator, table_vocabularies,
+)
 
 NONE_STR = {"type": "string", "enum": [1]}                      # no value: type and enum disagree
 NONE_ONEOF = {"oneOf": [{"type": "object"}, {"type": "object"}]}  # no value matches exactly one
@@ -95,41 +95,16 @@ EMPTY_ROOTS = [
 ]
 
 
-def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
-
-
 @pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
 def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
-    check = _validator(schema)
+    check = schema_validator(schema)
     assert all(check.is_valid(v) for v in valid), name
     assert not any(check.is_valid(v) for v in invalid), name
 
 
-def _vocabularies() -> list[str]:
-    names = ["default"]
-    if (shared_data() / "tokenizers" / "llama-spm").is_dir():
-        names.append("llama-spm")
-    return names
-
-
-@lru_cache(maxsize=None)
-def _setup(name: str) -> tuple[Any, GrammarCompiler]:
-    from transformers import AutoTokenizer
-
-    if name == "default":
-        from radixlm.runtime.default_model import default_model_path
-
-        tok = AutoTokenizer.from_pretrained(default_model_path())
-    else:
-        tok = AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
-    return tok, GrammarCompiler(tok)
-
-
-@pytest.mark.parametrize("vocab", _vocabularies())
+@pytest.mark.parametrize("vocab", table_vocabularies())
 def test_nothing_token_by_token(vocab: str) -> None:
-    tok, comp = _setup(vocab)
+    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
     bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
     failures = []
     for name, schema, valid, invalid in CASES:
@@ -161,7 +136,7 @@ def _dead_end(compiled: Any, tok: Any, text: str, bitmask: Any) -> str | None:
 def test_rule_without_base_case_refuses_the_first_dead_token() -> None:
     """``{"z": ...`` where ``z``'s value is an object requiring itself: no value exists, so the
     key cannot be completed (before: the masks let ``{"z": {"k": {"k": {`` through)."""
-    tok, comp = _setup("default")
+    tok, comp = load_tokenizer(DEFAULT_TOKENIZER), load_compiler(DEFAULT_TOKENIZER)
     compiled = comp.compile_json_schema(CASES[-3][1])
     matcher = GrammarMatcher(compiled)
     text = '{"z": {"k": {'
@@ -176,8 +151,8 @@ def test_rule_without_base_case_refuses_the_first_dead_token() -> None:
 
 @pytest.mark.parametrize("schema", EMPTY_ROOTS)
 def test_root_accepting_nothing_is_a_grammar_error(schema: Any) -> None:
-    check = _validator(schema)
+    check = schema_validator(schema)
     assert not any(check.is_valid(v) for v in ({}, {"a": {}}, {"x": 1}, {"P": {}, "T": {}}))
-    _, comp = _setup("default")
+    comp = load_compiler(DEFAULT_TOKENIZER)
     with pytest.raises(GrammarError):
         comp.compile_json_schema(schema)

@@ -6,14 +6,14 @@ its invalid ones. The table is checked against ``jsonschema``."""
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from typing import Any
 
-import jsonschema
 import pytest
 
-from radixlm.grammar import GrammarCompiler, allocate_token_bitmask
-from radixlm.grammar.maskbench import run_instance, shared_data
+from radixlm.grammar import allocate_token_bitmask
+from radixlm.grammar.maskbench import (
+    load_compiler, load_tokenizer, run_instance, schema_validator, table_vocabularies,
+)
 
 # MaskBench Github_easy---o78062, reduced: a oneOf whose branches share a required long string
 # ("name", up to 500 characters: once the disjointness check intersected two such counters and
@@ -80,41 +80,16 @@ CASES: list[tuple[str, Any, list, list]] = [
 ]
 
 
-def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
-
-
 @pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
 def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
-    check = _validator(schema)
+    check = schema_validator(schema)
     assert all(check.is_valid(v) for v in valid), name
     assert not any(check.is_valid(v) for v in invalid), name
 
 
-def _vocabularies() -> list[str]:
-    names = ["default"]
-    if (shared_data() / "tokenizers" / "llama-spm").is_dir():
-        names.append("llama-spm")
-    return names
-
-
-@lru_cache(maxsize=None)
-def _setup(name: str) -> tuple[Any, GrammarCompiler]:
-    from transformers import AutoTokenizer
-
-    if name == "default":
-        from radixlm.runtime.default_model import default_model_path
-
-        tok = AutoTokenizer.from_pretrained(default_model_path())
-    else:
-        tok = AutoTokenizer.from_pretrained(str(shared_data() / "tokenizers" / name))
-    return tok, GrammarCompiler(tok)
-
-
-@pytest.mark.parametrize("vocab", _vocabularies())
+@pytest.mark.parametrize("vocab", table_vocabularies())
 def test_sweep_cases_token_by_token(vocab: str) -> None:
-    tok, comp = _setup(vocab)
+    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
     bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
     failures = []
     for name, schema, valid, invalid in CASES:
