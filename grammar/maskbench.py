@@ -68,6 +68,27 @@ def table_vocabularies() -> list[str]:
     return [n for n in (DEFAULT_TOKENIZER, "llama-spm") if tokenizer_available(n)]
 
 
+def table_failures(compiler: GrammarCompiler, tokenizer: Any, cases: list[tuple], each: Any = None) -> list[tuple]:
+    """Walk every instance of an accept/reject table token by token (:func:`run_instance`).
+
+    ``cases``: ``(name, schema, valid values, invalid values)``; ``each(compiled, text)``: an extra
+    check per instance (e.g. no dead end). Returns ``(name, value, expected)`` for each instance
+    accepted or refused against expectation; raises ``AssertionError`` when a step's bitmask and
+    the matcher disagree."""
+    bitmask = allocate_token_bitmask(1, compiler.tokenizer_info.vocab_size)
+    failures = []
+    for name, schema, valid, invalid in cases:
+        compiled = compiler.compile_json_schema(schema)
+        for value, want in [(v, True) for v in valid] + [(v, False) for v in invalid]:
+            res = run_instance(compiled, tokenizer, json.dumps(value), want, bitmask)
+            assert res.mismatch is None, (name, value, res.mismatch)
+            if res.accepted != want:
+                failures.append((name, value, want))
+            if each is not None:
+                each(compiled, json.dumps(value))
+    return failures
+
+
 def schema_validator(schema: Any, formats: bool = False) -> Any:
     """A jsonschema validator for ``schema`` (its ``$schema`` draft, else 2020-12); ``formats``:
     also assert ``format`` keywords."""

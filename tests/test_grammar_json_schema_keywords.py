@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from radixlm.grammar import GrammarError, allocate_token_bitmask
+from radixlm.grammar import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
 from radixlm.grammar.maskbench import (
-    DEFAULT_TOKENIZER, load_compiler, load_tokenizer, run_instance, schema_validator, table_vocabularies,
+    DEFAULT_TOKENIZER, load_compiler, load_tokenizer, schema_validator, table_failures, table_vocabularies,
 )
 
 DEFS = {"$defs": {"pos": {"type": "integer", "minimum": 1}, "name": {"type": "string", "maxLength": 3}}}
@@ -121,15 +121,7 @@ def test_keywords_token_by_token(vocab: str) -> None:
     tok, comp = load_tokenizer(vocab), load_compiler(vocab)
     if vocab == DEFAULT_TOKENIZER:
         assert comp.tokenizer_info.tokenizer_size == 49152
-    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
-    failures = []
-    for keyword, schema, valid, invalid in CASES:
-        compiled = comp.compile_json_schema(schema)
-        for value, want in [(v, True) for v in valid] + [(v, False) for v in invalid]:
-            res = run_instance(compiled, tok, json.dumps(value), want, bitmask)
-            assert res.mismatch is None, (keyword, value, res.mismatch)
-            if res.accepted != want:
-                failures.append((keyword, value, want))
+    failures = table_failures(comp, tok, CASES)
     assert not failures, failures
 
 

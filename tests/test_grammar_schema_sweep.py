@@ -5,14 +5,12 @@ its invalid ones. The table is checked against ``jsonschema``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from radixlm.grammar import allocate_token_bitmask
 from radixlm.grammar.maskbench import (
-    load_compiler, load_tokenizer, run_instance, schema_validator, table_vocabularies,
+    load_compiler, load_tokenizer, schema_validator, table_failures, table_vocabularies,
 )
 
 # MaskBench Github_easy---o78062, reduced: a oneOf whose branches share a required long string
@@ -90,15 +88,7 @@ def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, inval
 @pytest.mark.parametrize("vocab", table_vocabularies())
 def test_sweep_cases_token_by_token(vocab: str) -> None:
     tok, comp = load_tokenizer(vocab), load_compiler(vocab)
-    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
-    failures = []
-    for name, schema, valid, invalid in CASES:
-        compiled = comp.compile_json_schema(schema)
-        for value, want in [(v, True) for v in valid] + [(v, False) for v in invalid]:
-            res = run_instance(compiled, tok, json.dumps(value), want, bitmask)
-            assert res.mismatch is None, (name, value, res.mismatch)
-            if res.accepted != want:
-                failures.append((name, value, want))
+    failures = table_failures(comp, tok, CASES)
     assert not failures, failures
 
 
