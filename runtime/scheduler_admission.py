@@ -56,16 +56,15 @@ class PrefillAdmission:
 
     def _mixed_budget(self) -> int:
         """Prefill tokens of this step's mixed batch. ``mixed_chunk_size`` unless
-        ``mixed_chunk_policy`` is ``cost``, the size is set explicitly, the device has no cost
-        model, or nothing was admitted yet; otherwise
+        ``mixed_chunk_policy`` is ``cost`` (validated against the device's cost model) and some
+        request was admitted; then, within that size,
         :func:`~radixlm.runtime.mixed_chunk.mixed_chunk_budget` for the decode batch the queue heads
         to: the KV that running requests hold (shared prefixes once) plus, for as many waiting
         requests as may still start, the mean uncached prompt of the requests admitted so far."""
         cap = self.mixed_chunk_size
-        balance = MACHINE_BALANCE.get(self.runner.device.type)
-        if (self.args.mixed_chunk_policy != "cost" or self.args.mixed_chunk_size is not None or balance is None
-                or not self._admitted_requests):
+        if self.args.mixed_chunk_policy != "cost" or not self._admitted_requests:
             return cap
+        balance = MACHINE_BALANCE[self.runner.device.type]
         cost = getattr(self, "_decode_cost", None)
         if cost is None:
             c, params = self.runner.cfg, list(self.runner.model.parameters())

@@ -62,9 +62,9 @@ class ServerArgs:
             2,048-token chunks cost 14% throughput and raised ITL p99 (32 vs 10 ms at 8,192),
             a step there being bound by per-step work, not by prefill compute.
         mixed_chunk_policy: ``fixed`` (default): every mixed step takes up to
-            ``mixed_chunk_size`` prefill tokens. ``cost``: on CUDA, without an explicit
-            ``mixed_chunk_size``, fewer when the decode batch the queue heads to is light (short or
-            shared contexts), so that the chunk costs about 2.5 decode steps
+            ``mixed_chunk_size`` prefill tokens. ``cost`` (CUDA only; ValueError elsewhere): at
+            most ``mixed_chunk_size``, fewer when the decode batch the queue heads to is light
+            (short or shared contexts), so that the chunk costs about 2.5 decode steps
             (``runtime/mixed_chunk.py``). H200: it cut the decode-token-weighted step time p99 / p50
             of 8 x 64 prompts under 2,048 shared tokens from 3.8 to 2.6 at ~20% more time, and cost
             SmolLM2-135M dims 2,048 x 256/256 ~15% throughput (its decode steps cost per-step work
@@ -151,6 +151,13 @@ class ServerArgs:
             raise ValueError("speculative_ngram_capacity must be >= 0 (0: no global n-gram store)")
         if self.mixed_chunk_policy not in ("fixed", "cost"):
             raise ValueError(f"mixed_chunk_policy must be fixed or cost, got {self.mixed_chunk_policy!r}")
+        if self.mixed_chunk_policy == "cost":
+            from radixlm.runtime.mixed_chunk import MACHINE_BALANCE
+
+            kind = self.resolved_device().split(":")[0]
+            if kind not in MACHINE_BALANCE:
+                raise ValueError(f"mixed_chunk_policy=cost has no cost model for device {kind!r} "
+                                 f"(models: {sorted(MACHINE_BALANCE)})")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be one of {SCHEDULE_POLICIES}, got {self.schedule_policy!r}")
         if not 0 < self.mem_fraction_static < 1:

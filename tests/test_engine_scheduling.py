@@ -220,14 +220,15 @@ def test_mixed_chunk_budget_follows_the_decode_batch_cost():
 
 def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
     """``mixed_chunk_policy="cost"`` with a cost model for the device: the mixed chunk follows the
-    KV of the decode batch the queue heads to; without one, with an explicit ``mixed_chunk_size``
-    or with the default ``fixed`` policy, it is the fixed size."""
-    from radixlm.runtime import scheduler_admission
+    KV of the decode batch the queue heads to, within ``mixed_chunk_size``; with the default
+    ``fixed`` policy it is the fixed size; a device without a model is a clear error."""
+    from radixlm.runtime import mixed_chunk
 
+    with pytest.raises(ValueError, match="no cost model for device 'cpu'"):
+        make_scheduler(tiny_llama, mixed_chunk_policy="cost")
+    monkeypatch.setitem(mixed_chunk.MACHINE_BALANCE, "cpu", 175.0)
     sched = make_scheduler(tiny_llama, chunked_prefill_size=8192, mixed_chunk_policy="cost")
     fixed = sched.mixed_chunk_size
-    assert sched._mixed_budget() == fixed  # no cost model for the CPU
-    monkeypatch.setitem(scheduler_admission.MACHINE_BALANCE, "cpu", 175.0)
     assert sched._mixed_budget() == fixed  # nothing admitted yet: no mean prompt to go by
     req = make_req(sched, 0, SNIPPETS[0])
     sched.add_request(req)
@@ -237,8 +238,11 @@ def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
     for i in range(1, 64):  # a long queue: the batch it heads to reads more KV
         sched.add_request(make_req(sched, i, SNIPPETS[i % len(SNIPPETS)] * 4))
     assert sched._mixed_budget() > light
-    explicit = make_scheduler(tiny_llama, mixed_chunk_size=300, mixed_chunk_policy="cost")
-    assert explicit._mixed_budget() == 300
+    capped = make_scheduler(tiny_llama, chunked_prefill_size=8192, mixed_chunk_size=300, mixed_chunk_policy="cost")
+    for i in range(64):
+        capped.add_request(make_req(capped, i, SNIPPETS[i % len(SNIPPETS)] * 4))
+    capped.step()
+    assert capped._mixed_budget() <= 300  # the explicit size caps the model's chunk
     default = make_scheduler(tiny_llama, chunked_prefill_size=8192)
     default.add_request(make_req(default, 0, SNIPPETS[0]))
     default.step()
