@@ -35,6 +35,7 @@ class Result:
     ttft: float = 0.0
     e2e: float = 0.0
     itl: list[float] = field(default_factory=list)
+    chunk_t: list[float] = field(default_factory=list)  # perf_counter of each chunk with new tokens
     error: str = ""
 
 
@@ -88,6 +89,7 @@ async def send_native(session, url: str, ids: list[int], out_len: int, headers: 
             n = chunk["meta_info"]["completion_tokens"]
             now = time.perf_counter()
             if n > seen:
+                res.chunk_t.append(now)
                 if seen == 0:
                     res.ttft = now - t0
                 else:
@@ -111,6 +113,7 @@ async def send_openai(session, url: str, ids: list[int], out_len: int, headers: 
                 res.output_len = chunk["usage"]["completion_tokens"]
             if chunk.get("choices") and chunk["choices"][0].get("text"):
                 now = time.perf_counter()
+                res.chunk_t.append(now)
                 if chunks == 0:
                     res.ttft = now - t0
                 else:
@@ -173,6 +176,7 @@ async def run(args) -> dict:
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - t0
         args.client_cpu_share = (time.process_time() - cpu0) / duration
+        args.results = results
         after = await _get_json(session, args.base_url + "/get_server_info", headers) or {}
     return summarize(args, results, duration, before, after)
 
@@ -230,8 +234,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--output-file", default=None, help="append the summary as one JSON line")
+    p.add_argument("--chunk-log", default=None,
+                   help="write each request's chunk arrival times (perf_counter, i.e. CLOCK_MONOTONIC) as JSON "
+                        "lines, for benchmarks/itl_tail.py beside a server traced with RADIXLM_TRACE_DIR")
     args = p.parse_args(argv)
     summary = asyncio.run(run(args))
+    if args.chunk_log:
+        with open(args.chunk_log, "w") as f:
+            for i, r in enumerate(args.results):
+                f.write(json.dumps({"req": i, "ok": r.ok, "t": r.chunk_t}) + "\n")
     for k, v in summary.items():
         print(f"{k:>22}: {v:.3f}" if isinstance(v, float) else f"{k:>22}: {v}")
     if args.output_file:

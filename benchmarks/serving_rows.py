@@ -53,6 +53,9 @@ def main() -> None:
     ap.add_argument("--l8b-vocab", type=int, default=100000)
     ap.add_argument("--server-arg", action="append", default=[], help="extra server CLI token (repeatable)")
     ap.add_argument("--output-file", default=None)
+    ap.add_argument("--trace-dir", default=None,
+                    help="trace each run (RADIXLM_TRACE_DIR + --chunk-log under DIR/<tag>-<row>) and print "
+                         "benchmarks/itl_tail.py's analysis after it")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(__file__))
     import bench_serving
@@ -67,15 +70,25 @@ def main() -> None:
         model, extra, load = ROWS[name]
         load = ROWS[load][2] if isinstance(load, str) else load
         path, model_args = dirs[model]
+        env, trace = os.environ.copy(), []
+        if a.trace_dir:
+            run_dir = os.path.join(a.trace_dir, f"{a.tag}-{name}")
+            os.makedirs(run_dir, exist_ok=True)
+            env["RADIXLM_TRACE_DIR"] = run_dir
+            trace = ["--chunk-log", os.path.join(run_dir, "chunks.jsonl")]
         t0 = time.perf_counter()
         server = ServerProcess(["--device", "cuda", "--model-path", path, "--load-format", "dummy",
-                                *model_args, *extra, *a.server_arg], ready_timeout=900)
+                                *model_args, *extra, *a.server_arg], ready_timeout=900, env=env)
         ready = time.perf_counter() - t0
         try:
             vocab = ["--vocab-size", str(a.l8b_vocab)] if model == "l8b" else []
-            s = bench_serving.main(["--base-url", server.url, *load, *vocab])
+            s = bench_serving.main(["--base-url", server.url, *load, *vocab, *trace])
         finally:
             server.stop()
+        if a.trace_dir:
+            import itl_tail
+
+            itl_tail.main(["--chunks", trace[1], "--trace-dir", run_dir])
         s.update(row=name, tag=a.tag, ready_s=ready)
         print(f"| {a.tag} | {name} | {s['completed']}/{s['completed'] + s['failed']} | {s['duration_s']:.1f} s | "
               f"{s['output_throughput']:,.0f} | {s['ttft_p50_ms']:.0f} / {s['ttft_p99_ms']:.0f} | "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
 from multiprocessing.connection import Connection
 
@@ -17,6 +18,7 @@ from radixlm.runtime.server.io_struct import (
     BatchStrOut, BatchTokenIDOut, DetokInit, IpcPaths, MalformedMessage, StrOut, TokenIDOut, decode, encode,
 )
 from radixlm.runtime.server.procs import child_init
+from radixlm.runtime.server.tracing import maybe_trace
 
 logger = logging.getLogger("radixlm.detokenizer")
 
@@ -177,6 +179,7 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
         raise SystemExit(1)
     ready.send({"status": "ready"})
     ready.close()
+    trace = maybe_trace("detokenizer")
     while True:
         try:
             batch = decode(recv.recv())
@@ -185,4 +188,7 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
         except MalformedMessage as e:  # NOTE: log and drop; the detokenizer goes on
             logger.error("dropped a malformed message: %s", e)
             continue
+        t0 = time.monotonic()
         send.send(encode(manager.process_batch(batch)))
+        if trace is not None:
+            trace.mark("detok", dur=time.monotonic() - t0, n=len(batch.outputs) + len(batch.plain_rids))

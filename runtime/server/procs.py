@@ -78,3 +78,6 @@ def child_init(log_level: str, name: str, cleanup_dir: str | None = None) -> Non
     from radixlm.runtime.server.profiling import maybe_profile
 
     maybe_profile(name)  # NOTE: RADIXLM_CPROFILE_DIR only (benchmarks/h200_profile.sh)
+    from radixlm.runtime.server.tracing import maybe_trace
+
+    maybe_trace(name)  # NOTE: RADIXLM_TRACE_DIR only (benchmarks/itl_tail.py)

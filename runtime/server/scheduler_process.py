@@ -25,6 +25,7 @@ from radixlm.runtime.server.io_struct import (
     TokenIDOut, TokenizedGenerateReq, decode, encode,
 )
 from radixlm.runtime.server.procs import child_init
+from radixlm.runtime.server.tracing import maybe_trace
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.speculative_worker import spec_meta_info
 
@@ -51,6 +52,7 @@ class SchedulerServer:
         self._last_prefills = 0
         self._last_prompt = 0
         self._last_cached = 0
+        self._trace = maybe_trace("scheduler")
         if rank > 0:
             return  # NOTE: followers get their input from rank 0 and send nothing
         ctx = zmq.Context()
@@ -185,6 +187,10 @@ class SchedulerServer:
         )
 
     def _send(self, reqs: list[Req]) -> None:
+        if self._trace is not None:  # NOTE: one event per turn (RADIXLM_TRACE_DIR)
+            st = self.scheduler.stats
+            self._trace.mark("turn", n=len(reqs), prefill=st.prompt_tokens - st.cached_tokens,
+                             running=len(self.scheduler.running))
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())

@@ -26,6 +26,7 @@ from radixlm.runtime.server.metrics import ServerMetrics
 from radixlm.runtime.server.protocol import MAX_TOP_LOGPROBS
 from radixlm.runtime.server.req_state import ReqState, observe_many  # noqa: F401 (ReqState: re-exported)
 from radixlm.runtime.server.tokenize_batch import TokenizeBatcher
+from radixlm.runtime.server.tracing import maybe_trace
 
 logger = logging.getLogger("radixlm.tokenizer_manager")
 
@@ -95,6 +96,8 @@ class TokenizerManager:
         self._send.connect(paths.scheduler_in)
         self._recv: zmq.asyncio.Socket | None = None
         self._task: asyncio.Task | None = None
+        self._trace = maybe_trace("http")  # NOTE: RADIXLM_TRACE_DIR only
+        self._lag_task: asyncio.Task | None = None
         self.groups: dict[str, list[str]] = {}  # submitted rid -> its sample rids (n > 1)
         # NOTE: tokenization and template rendering run here, never on the event loop
         self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="radixlm-tokenize")
@@ -108,6 +111,8 @@ class TokenizerManager:
             self._recv = zmq.asyncio.Context.instance().socket(zmq.PULL)
             self._recv.bind(self.paths.tokenizer_in)
             self._task = asyncio.get_running_loop().create_task(self._recv_loop())
+            if self._trace is not None:
+                self._lag_task = asyncio.get_running_loop().create_task(self._trace.probe_loop_lag())
 
     async def _recv_loop(self) -> None:
         while True:
@@ -130,6 +135,8 @@ class TokenizerManager:
         """Apply one step's outputs: the per-request objects, then the plain columns."""
         self.snapshot = msg.snapshot
         self.metrics.observe_snapshot(msg.snapshot)
+        if self._trace is not None:
+            self._trace.mark("batch", n=len(msg.outputs) + len(msg.plain_rids))
         now = time.perf_counter()
         for out in msg.outputs:
             self._apply(out, now)
