@@ -11,9 +11,10 @@ the first stage that explains it, in pipeline order (a stage explains a gap when
 for at least half of it):
 - ``scheduler``: the scheduler sent no output message for that long (a long step, a long host
   turn, or a pause of the scheduler process);
-- ``detokenizer``: the scheduler sent, but the HTTP process received no step output for that long
-  (detokenizer or IPC);
-- ``http``: outputs arrived, but the HTTP process's event loop was late by that much (``lag``);
+- ``http``: the HTTP process was paused (a garbage collection) or its event loop was late (``lag``)
+  for that long;
+- ``detokenizer``: the HTTP process ran, but received no step output for that long (detokenizer
+  or IPC);
 - ``client``: none of the above (SSE delivery, the client's own loop).
 Also printed: the scheduler's inter-turn times (p50 / p99 / max), each process's garbage
 collections (count, total, longest) and the event-loop lags, all within the load's window (from
@@ -38,7 +39,7 @@ def load_trace(trace_dir: str) -> dict[str, list[dict]]:
     for path in glob.glob(os.path.join(trace_dir, "*.jsonl")):
         name = os.path.basename(path).rsplit("-", 1)[0]
         with open(path) as f:
-            out[name] += [json.loads(line) for line in f if line.strip()]
+            out[name] += [e for e in map(json.loads, filter(str.strip, f)) if "ev" in e]  # NOTE: not chunk logs
     for evs in out.values():
         evs.sort(key=lambda e: e["t"])
     return out
@@ -52,17 +53,19 @@ def longest_silence(times: np.ndarray, a: float, b: float) -> float:
 
 
 def classify(gaps: list[tuple[float, float]], turns: np.ndarray, batches: np.ndarray,
-             lags: list[dict]) -> Counter:
-    """Count ``gaps`` ((start, end) seconds) by the first pipeline stage silent for half of each."""
+             http_stalls: list[tuple[float, float]]) -> Counter:
+    """Count ``gaps`` ((start, end) seconds) by the first pipeline stage that was silent for half
+    of each: the scheduler's turns, then the HTTP process (``http_stalls``: its GC pauses and
+    event-loop lags as (start, end)), then the step outputs arriving there (detokenizer / IPC)."""
     kinds: Counter = Counter()
     for a, b in gaps:
         half = (b - a) / 2
         if len(turns) and longest_silence(turns, a, b) >= half:
             kinds["scheduler"] += 1
+        elif any(min(b, e) - max(a, s) >= half for s, e in http_stalls):
+            kinds["http"] += 1
         elif len(batches) and longest_silence(batches, a, b) >= half:
             kinds["detokenizer"] += 1
-        elif any(a <= e["t"] <= b and e["late"] >= half for e in lags):
-            kinds["http"] += 1
         else:
             kinds["client"] += 1
     return kinds
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
     turns = np.array([e["t"] for e in ev("scheduler", "turn")])
     batches = np.array([e["t"] for e in ev("http", "batch")])
     lags = ev("http", "lag")
-    kinds = classify(tail, turns, batches, lags)
+    stalls = [(e["t"], e["t"] + e["late"]) for e in lags] + [(e["t"], e["t"] + e["dur"]) for e in ev("http", "gc")]
+    kinds = classify(tail, turns, batches, stalls)
     pauses = [(e["t"], e["t"] + e["dur"]) for p in trace for e in ev(p, "gc") if e["dur"] >= 0.005]
     kinds["with a gc pause >= 5 ms"] = sum(any(s < b and e > s0 for s, e in pauses) for s0, b in tail)
     print(f"chunk gaps: {len(gaps)}, p50 {_ms(med)} ms, p99 {_ms(float(np.percentile(lengths, 99)))} ms, "

@@ -17,7 +17,7 @@ from radixlm.runtime.detokenizer import IncrementalDetokenizer, append_batch
 from radixlm.runtime.server.io_struct import (
     BatchStrOut, BatchTokenIDOut, DetokInit, IpcPaths, MalformedMessage, StrOut, TokenIDOut, decode, encode,
 )
-from radixlm.runtime.server.procs import child_init
+from radixlm.runtime.server.procs import child_init, freeze_startup_objects
 from radixlm.runtime.server.tracing import maybe_trace
 
 logger = logging.getLogger("radixlm.detokenizer")
@@ -177,6 +177,7 @@ def run_detokenizer_process(tokenizer_path: str, log_level: str, paths: IpcPaths
     except Exception:
         ready.send({"status": "error", "message": traceback.format_exc()})
         raise SystemExit(1)
+    freeze_startup_objects()  # NOTE: the tokenizer and transformers: out of full collections
     ready.send({"status": "ready"})
     ready.close()
     trace = maybe_trace("detokenizer")

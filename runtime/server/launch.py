@@ -30,7 +30,7 @@ from radixlm.runtime.distributed import default_init_method
 from radixlm.runtime.server.config import ServerConfig
 from radixlm.runtime.server.detokenizer_process import run_detokenizer_process
 from radixlm.runtime.server.io_struct import IpcPaths
-from radixlm.runtime.server.procs import setup_logging
+from radixlm.runtime.server.procs import freeze_startup_objects, setup_logging
 from radixlm.runtime.server.scheduler_process import run_scheduler_process
 
 logger = logging.getLogger("radixlm.launch")
@@ -182,6 +182,7 @@ def _serve(config: ServerConfig, paths: IpcPaths, tokenizer, info: dict) -> None
 
     async def main() -> None:
         tm.start()
+        freeze_startup_objects()  # NOTE: tokenizer, transformers, torch, the app: out of full collections
         logger.info("serving %s on http://%s:%d (scheduler info: %s)", config.model_path, config.host,
                     config.port, info)
         await server.serve()

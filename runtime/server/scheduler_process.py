@@ -8,7 +8,6 @@ handle the same messages, step in lockstep and send nothing."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import traceback
@@ -24,7 +23,7 @@ from radixlm.runtime.server.io_struct import (
     AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
     TokenIDOut, TokenizedGenerateReq, decode, encode,
 )
-from radixlm.runtime.server.procs import child_init
+from radixlm.runtime.server.procs import child_init, freeze_startup_objects
 from radixlm.runtime.server.tracing import maybe_trace
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.speculative_worker import spec_meta_info
@@ -246,10 +245,7 @@ def run_scheduler_process(args: ServerArgs, paths: IpcPaths, ready: Connection, 
     except Exception:
         ready.send({"status": "error", "message": traceback.format_exc()})
         raise SystemExit(1)
-    # NOTE: startup objects (model, tokenizer, grammar tables) go to the permanent generation, so
-    # full collections while serving traverse only what serving allocates (shorter GC pauses).
-    gc.collect()
-    gc.freeze()
+    freeze_startup_objects()  # NOTE: model, tokenizer, grammar tables: out of full collections
     ready.send(server.ready_info())
     ready.close()
     try:
