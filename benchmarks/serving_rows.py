@@ -73,7 +73,11 @@ def main() -> None:
         env, trace = os.environ.copy(), []
         if a.trace_dir:
             run_dir = os.path.join(a.trace_dir, f"{a.tag}-{name}")
-            os.makedirs(run_dir, exist_ok=True)
+            k = 1
+            while os.path.exists(run_dir):  # NOTE: a repeated run gets a folder of its own
+                k += 1
+                run_dir = os.path.join(a.trace_dir, f"{a.tag}-{name}-{k}")
+            os.makedirs(run_dir)
             env["RADIXLM_TRACE_DIR"] = run_dir
             trace = ["--chunk-log", os.path.join(run_dir, "chunks.jsonl")]
         t0 = time.perf_counter()
