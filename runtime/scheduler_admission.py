@@ -14,7 +14,7 @@ from __future__ import annotations
 from radixlm.runtime.batch import ReqSlice, ScheduleBatch
 from radixlm.runtime.forward_batch import ForwardMode
 from radixlm.runtime.memory import KVPool
-from radixlm.runtime.mixed_chunk import MACHINE_BALANCE, mixed_chunk_budget
+from radixlm.runtime.mixed_chunk import MACHINE_BALANCE, mixed_chunk_budget, step_fixed_bytes
 from radixlm.runtime.request import Req, ReqStatus
 from radixlm.runtime.schedule_policy import req_ids, sharing_key
 from radixlm.runtime.scheduler_recovery import abort_bad_grammars
@@ -73,11 +73,14 @@ class PrefillAdmission:
                 sum(p.numel() * p.element_size() for p in params),
                 KVPool.bytes_per_token(c.num_hidden_layers, self.runner.model.tp.num_kv_heads, c.head_dim,
                                        self.runner.dtype),
+                step_fixed_bytes(c.num_hidden_layers, self.runner.device.type),
             )
         held = self.runner.max_total_tokens - self._available()
         room = max(self.runner.max_running_requests - len(self.running), 0)
         uncached = (self.stats.prompt_tokens - self.stats.cached_tokens) / self._admitted_requests
-        return mixed_chunk_budget(*cost, held + min(len(self.waiting), room) * uncached, cap, balance)
+        params, weights, kv_per_token, fixed = cost
+        return mixed_chunk_budget(params, weights, kv_per_token, held + min(len(self.waiting), room) * uncached, cap,
+                                  balance, fixed_bytes=fixed)
 
     def _available(self) -> int:
         return self.allocator.available_size() + self.tree_cache.evictable_size()

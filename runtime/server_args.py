@@ -61,14 +61,14 @@ class ServerArgs:
             199 ms, 2,048 gave 63 ms at 2% longer duration; 2,048 x 256/256 on SmolLM2-135M dims:
             2,048-token chunks cost 14% throughput and raised ITL p99 (32 vs 10 ms at 8,192),
             a step there being bound by per-step work, not by prefill compute.
-        mixed_chunk_policy: ``fixed`` (default): every mixed step takes up to
-            ``mixed_chunk_size`` prefill tokens. ``cost`` (CUDA only; ValueError elsewhere): at
-            most ``mixed_chunk_size``, fewer when the decode batch the queue heads to is light
-            (short or shared contexts), so that the chunk costs about 2.5 decode steps
-            (``runtime/mixed_chunk.py``). H200: it cut the decode-token-weighted step time p99 / p50
-            of 8 x 64 prompts under 2,048 shared tokens from 3.8 to 2.6 at ~20% more time, and cost
-            SmolLM2-135M dims 2,048 x 256/256 ~15% throughput (its decode steps cost per-step work
-            the byte count does not see), hence opt-in.
+        mixed_chunk_policy: ``auto`` (default): ``cost`` on a device with a cost model (CUDA),
+            else ``fixed``. ``fixed``: every mixed step takes up to ``mixed_chunk_size`` prefill
+            tokens. ``cost`` (ValueError on a device without a model): at most
+            ``mixed_chunk_size``, fewer when the decode batch the queue heads to is light (short
+            or shared contexts), so that the chunk costs about 2.5 decode steps
+            (``runtime/mixed_chunk.py``). H200, 8 x 64 prompts under 2,048 shared tokens: the
+            decode-token-weighted step time p99 / p50 3.8 -> 2.6 (``benchmarks/mixed_steps.py``);
+            results of the default in ``benchmarks/results/serving_h200.md`` (session 6).
         enable_jump_forward: append the text a grammar forces without sampling it (the forced
             text is kept verbatim, see docs/grammar.md for the retokenization rule). Default on,
             for every device: under overlap scheduling a jump rides the next overlapped step and
@@ -124,7 +124,7 @@ class ServerArgs:
     enable_cascade_attention: bool | None = None
     enable_mixed_chunk: bool = True
     mixed_chunk_size: int | None = None
-    mixed_chunk_policy: str = "fixed"
+    mixed_chunk_policy: str = "auto"
     skip_tokenizer_init: bool = False  # token ids in, token ids out (text fields stay empty)
     speculative_algorithm: str | None = None
     speculative_num_draft_tokens: int = 8  # H200, SmolLM2 bs 1: extraction 1.50x -> 1.58x wall vs k=4
@@ -149,13 +149,15 @@ class ServerArgs:
             raise ValueError("need 1 <= speculative_ngram_min_match_window_size <= speculative_ngram_max_match_window_size")
         if self.speculative_ngram_capacity < 0:
             raise ValueError("speculative_ngram_capacity must be >= 0 (0: no global n-gram store)")
-        if self.mixed_chunk_policy not in ("fixed", "cost"):
-            raise ValueError(f"mixed_chunk_policy must be fixed or cost, got {self.mixed_chunk_policy!r}")
-        if self.mixed_chunk_policy == "cost":
+        if self.mixed_chunk_policy not in ("auto", "fixed", "cost"):
+            raise ValueError(f"mixed_chunk_policy must be auto, fixed or cost, got {self.mixed_chunk_policy!r}")
+        if self.mixed_chunk_policy != "fixed":
             from radixlm.runtime.mixed_chunk import MACHINE_BALANCE
 
             kind = self.resolved_device().split(":")[0]
-            if kind not in MACHINE_BALANCE:
+            if self.mixed_chunk_policy == "auto":
+                object.__setattr__(self, "mixed_chunk_policy", "cost" if kind in MACHINE_BALANCE else "fixed")
+            elif kind not in MACHINE_BALANCE:
                 raise ValueError(f"mixed_chunk_policy=cost has no cost model for device {kind!r} "
                                  f"(models: {sorted(MACHINE_BALANCE)})")
         if self.schedule_policy not in SCHEDULE_POLICIES:

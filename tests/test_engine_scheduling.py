@@ -218,6 +218,23 @@ def test_mixed_chunk_budget_follows_the_decode_batch_cost():
     assert more == sorted(more) and more[0] < more[-1]
 
 
+def test_mixed_chunk_budget_counts_a_decode_steps_fixed_time():
+    """A small model's decode step is mostly per-layer fixed time, not bytes: with that time
+    counted (``step_fixed_bytes``), SmolLM2-135M-like figures at a few hundred rows keep the full
+    8,192-token chunk that bytes alone cut to about half; the 8B's light batch moves little."""
+    from radixlm.runtime.mixed_chunk import mixed_chunk_budget, step_fixed_bytes
+
+    small = dict(params=135_000_000, weight_bytes=270_000_000, kv_bytes_per_token=23_040, cap=8192,
+                 balance=175.0, decode_kv_tokens=100_000)
+    assert mixed_chunk_budget(**small) < 6000
+    assert mixed_chunk_budget(**small, fixed_bytes=step_fixed_bytes(30, "cuda")) == 8192
+    assert step_fixed_bytes(30, "no-such-device") == 0.0
+    l8b = dict(params=8_000_000_000, weight_bytes=16_000_000_000, kv_bytes_per_token=131_072, cap=2048,
+               balance=175.0, decode_kv_tokens=200_000)
+    plain, fixed = mixed_chunk_budget(**l8b), mixed_chunk_budget(**l8b, fixed_bytes=step_fixed_bytes(32, "cuda"))
+    assert plain < fixed < 1.15 * plain
+
+
 def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
     """``mixed_chunk_policy="cost"`` with a cost model for the device: the mixed chunk follows the
     KV of the decode batch the queue heads to, within ``mixed_chunk_size``; with the default
@@ -243,9 +260,12 @@ def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
         capped.add_request(make_req(capped, i, SNIPPETS[i % len(SNIPPETS)] * 4))
     capped.step()
     assert capped._mixed_budget() <= 300  # the explicit size caps the model's chunk
+    assert sched.args.mixed_chunk_policy == "cost"
+    assert make_scheduler(tiny_llama).args.mixed_chunk_policy == "cost"  # auto: the device has a model
+    monkeypatch.delitem(mixed_chunk.MACHINE_BALANCE, "cpu")
     default = make_scheduler(tiny_llama, chunked_prefill_size=8192)
     default.add_request(make_req(default, 0, SNIPPETS[0]))
     default.step()
-    assert default.args.mixed_chunk_policy == "fixed" and default._mixed_budget() == default.mixed_chunk_size
+    assert default.args.mixed_chunk_policy == "fixed" and default._mixed_budget() == default.mixed_chunk_size  # auto on CPU
     with pytest.raises(ValueError, match="mixed_chunk_policy"):
         make_scheduler(tiny_llama, mixed_chunk_policy="adaptive")
