@@ -20,6 +20,7 @@ from radixlm.grammar.ast import Node
 from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
+from radixlm.grammar.earley_walk import TableWalker, TrieView
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
@@ -32,6 +33,7 @@ EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested 
 CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per terminal path)
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
+PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
 
 
 def _distinct(x: np.ndarray) -> np.ndarray:
@@ -99,6 +101,8 @@ class EarleyEngine:
         self.stacked = _Stacked(self.terms)
         self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
         self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
+        self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
+        self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
         self._eager_masks()
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:
@@ -288,6 +292,10 @@ class EarleyEngine:
         out: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         batch = []
         for sub, (nodes, t, q) in need.items():
+            got = self._py_walk(nodes, t, q) if nodes.size <= PY_WALK_NODES else None
+            if got is not None:
+                out[sub] = got
+                continue
             off = self.stacked.offset[t]
             if off < 0:
                 term = self.terms[t]
@@ -306,6 +314,25 @@ class EarleyEngine:
             for i, (sub, _, _) in enumerate(batch):
                 out[sub] = self._walk_result(found[cuts[i] : cuts[i + 1]], acc[cuts[i] : cuts[i + 1]])
         return out
+
+    def _py_walk(self, nodes: np.ndarray, t: int, q: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The walk of :meth:`_walk_paths` for one entry stepped in Python
+        (:mod:`radixlm.grammar.earley_walk`); None when it is too wide for that."""
+        off = self.stacked.offset[t]
+        key = -1 if off >= 0 else t
+        walker = self._walkers.get(key, False)
+        if walker is False:
+            if self._view is None:
+                self._view = TrieView(self.trie)
+            table = self.stacked if off >= 0 else self.terms[t]
+            try:
+                walker = TableWalker(table.trans, table.accept, self._view)
+            except ValueError:
+                walker = None
+            self._walkers[key] = walker
+        if walker is None:
+            return None
+        return walker.walk(nodes.tolist(), q + off if off >= 0 else q)
 
     def _walk_result(self, found: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""

@@ -1,0 +1,111 @@
+"""Small trie walks of the Earley engine's crossing tokens, stepped in Python.
+
+A crossing walk (:meth:`radixlm.grammar.earley_engine.EarleyEngine._walk_paths`) starts below a
+few boundary nodes (where the previous terminal ended) in a spawned terminal's start state, and
+most die within a byte or two (``,`` ``:`` ``"`` against a key or a value's first byte). The
+vectorized :func:`~radixlm.grammar.trie_walks.walk_from` spends ~20 numpy calls per trie depth on
+them (40-200 µs a walk); stepping the few live ``(node, state)`` pairs one by one costs well under
+a microsecond each. A walk gives up past a step budget and the caller walks it with numpy, so the
+worst case stays bounded; both give the same nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixlm.grammar.trie import TokenTrie
+
+STEP_BUDGET = 1500  # (pair, child) steps before a walk hands over to the vectorized one
+SCAN_CHILDREN = 24  # nodes with more children are looked up by the state's live bytes instead
+_EMPTY = np.zeros(0, np.int64)
+
+
+class TrieView:
+    """Python-side views of one trie (children runs, bytes, tokens), with per-node child maps
+    built on first use. Shared by the walkers of one engine; single-writer."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        self.lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
+        self.cnt = memoryview(np.ascontiguousarray(trie.child_cnt, dtype=np.int32))
+        self.byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
+        self.token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
+        self._kids: dict[int, dict[int, int]] = {}
+
+    def kid_map(self, node: int) -> dict[int, int]:
+        """``{byte: child}`` of ``node`` (cached)."""
+        kids = self._kids.get(node)
+        if kids is None:
+            lo, byte_ = self.lo[node], self.byte
+            kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + self.cnt[node])}
+        return kids
+
+
+class TableWalker:
+    """Python walks of one byte DFA (int32 ``trans [n, 256]``, bool ``accept [n]``, state 0
+    dead) below given trie nodes.
+
+    Raises:
+        ValueError: a table too large for ``state << 8 | byte`` indexing in int32 (callers use
+            the vectorized walk for those).
+    """
+
+    def __init__(self, trans: np.ndarray, accept: np.ndarray, view: TrieView) -> None:
+        if trans.shape[0] >= 1 << 23:
+            raise ValueError("table too large for a Python walk")
+        self.trans = trans
+        self.rows = memoryview(np.ascontiguousarray(trans.reshape(-1), dtype=np.int32))
+        self.acc = accept.tolist()
+        self.view = view
+        self._live: dict[int, list[int]] = {}  # state -> live bytes
+
+    def _live_bytes(self, q: int) -> list[int]:
+        got = self._live.get(q)
+        if got is None:
+            got = self._live[q] = np.flatnonzero(self.trans[q]).tolist()
+        return got
+
+    def walk(self, nodes: list[int], q: int, budget: int = STEP_BUDGET) -> tuple[np.ndarray, np.ndarray] | None:
+        """Walk below each of ``nodes`` (trie node ids) from DFA state ``q``: ``(tokens, accept
+        nodes)`` as :func:`~radixlm.grammar.trie_walks.walk_from` would find them (tokens int64,
+        maybe repeated; accept nodes int64, sorted and distinct: live descendants where the DFA
+        accepts), or None past ``budget`` steps."""
+        view, rows, acc = self.view, self.rows, self.acc
+        lo_, cnt_, byte_, token_ = view.lo, view.cnt, view.byte, view.token
+        tokens: list[int] = []
+        ends: list[int] = []
+        stack = [(n, q) for n in nodes]
+        steps = 0
+        while stack:
+            node, s = stack.pop()
+            cnt = cnt_[node]
+            if not cnt:
+                continue
+            base = s << 8
+            if cnt > SCAN_CHILDREN:
+                live = self._live_bytes(s)
+                if len(live) < cnt:
+                    kids = view.kid_map(node)
+                    steps += len(live)
+                    cands = [(kids[b], b) for b in live if b in kids]
+                else:
+                    lo = lo_[node]
+                    steps += cnt
+                    cands = [(c, byte_[c]) for c in range(lo, lo + cnt)]
+            else:
+                lo = lo_[node]
+                steps += cnt
+                cands = [(c, byte_[c]) for c in range(lo, lo + cnt)]
+            if steps > budget:
+                return None
+            for c, b in cands:
+                ns = rows[base | b]
+                if ns:
+                    tok = token_[c]
+                    if tok >= 0:
+                        tokens.append(tok)
+                    if acc[ns]:
+                        ends.append(c)
+                    stack.append((c, ns))
+        tok_arr = np.asarray(tokens, dtype=np.int64) if tokens else _EMPTY
+        end_arr = np.asarray(sorted(set(ends)), dtype=np.int64) if ends else _EMPTY
+        return tok_arr, end_arr
