@@ -31,6 +31,7 @@ from radixlm.runtime.server.config import ServerConfig
 from radixlm.runtime.server.detokenizer_process import run_detokenizer_process
 from radixlm.runtime.server.io_struct import IpcPaths
 from radixlm.runtime.server.procs import freeze_startup_objects, setup_logging
+from radixlm.runtime.server.profiling import maybe_profile
 from radixlm.runtime.server.scheduler_process import run_scheduler_process
 
 logger = logging.getLogger("radixlm.launch")
@@ -182,6 +183,7 @@ def _serve(config: ServerConfig, paths: IpcPaths, tokenizer, info: dict) -> None
 
     async def main() -> None:
         tm.start()
+        maybe_profile("http", at_exit=True)  # NOTE: RADIXLM_CPROFILE_DIR only
         freeze_startup_objects()  # NOTE: tokenizer, transformers, torch, the app: out of full collections
         logger.info("serving %s on http://%s:%d (scheduler info: %s)", config.model_path, config.host,
                     config.port, info)
