@@ -22,10 +22,12 @@ from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.earley_walk import TableWalker, TrieView
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.narrow_walk import pack_few
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 Thread = tuple[int, int, int]
+_ROOT = np.zeros(1, dtype=np.int64)
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
 EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _eager_masks)
 EAGER_NARROW_SHARE = 0.25  # ... within this share of the compile budget left
@@ -34,6 +36,7 @@ CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per termina
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
+PY_MASK_COST = 1500  # terminal states with fewer trie nodes below their live bytes: ... too
 
 
 def _distinct(x: np.ndarray) -> np.ndarray:
@@ -202,7 +205,12 @@ class EarleyEngine:
         crossing its end into the threads it spawns (cached per thread, see :meth:`_crossings`)."""
         out = np.zeros(self.words, dtype=np.int32)
         for _, t, q in state.threads:
-            out |= self.index[t].mask(q)
+            idx = self.index[t]
+            got = idx.masks.get(q)
+            if got is None:
+                self._narrow_first_visit(t, q)
+                got = idx.mask(q)
+            out |= got
         crossing = self._crossings(state.threads)
         if crossing:
             out |= pack_tokens(np.concatenate(crossing), self.trie, self.words)
@@ -214,7 +222,10 @@ class EarleyEngine:
         got: list[np.ndarray] = []
         todo: dict[tuple, tuple[int, int, frozenset[Thread]]] = {}
         for col, t, q in threads:
-            if not self.index[t].boundary(q).size:
+            idx = self.index[t]
+            if q not in idx.bounds:
+                self._narrow_first_visit(t, q)
+            if not idx.boundary(q).size:
                 continue
             more, _ = self.spawn(col, t)
             if not more:
@@ -333,6 +344,21 @@ class EarleyEngine:
         if walker is None:
             return None
         return walker.walk(nodes.tolist(), q + off if off >= 0 else q)
+
+    def _narrow_first_visit(self, t: int, q: int) -> None:
+        """Mask and boundary nodes of a narrow terminal state met while serving, by a Python walk
+        from the root (:mod:`radixlm.grammar.earley_walk`) into the terminal's :class:`DfaIndex`
+        caches; nothing when the state is not narrow enough (the index computes it then).
+
+        NOTE: the index itself walks such a state with numpy (~100 µs) when it tracks boundaries."""
+        idx = self.index[t]
+        if q in idx.masks or idx.cost[q] >= PY_MASK_COST:
+            return
+        got = self._py_walk(_ROOT, t, q)
+        if got is not None:
+            tokens, ends = got
+            idx.masks[q] = pack_few(tokens, self.trie, self.words)
+            idx.bounds[q] = ends
 
     def _walk_result(self, found: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""
