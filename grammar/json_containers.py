@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
 from radixlm.grammar.dfa_ops import difference_finite, minimize, product, union
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
-from radixlm.grammar.json_orders import window_order
+from radixlm.grammar.json_orders import ANY_ORDER_HOT, _hot_skips, sorted_order, window_order  # noqa: F401
 from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
 
@@ -37,7 +37,7 @@ ANY_ORDER_BUDGET = 8_000
 # The cold relaxed orders of a large object (the optional tail in any order, or nearly in order)
 # get a smaller budget: their states cost compile time whether or not an output visits them.
 RELAX_BUDGET = 2_000
-ANY_ORDER_HOT = 1.5
+SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
 
@@ -257,9 +257,10 @@ class ContainerMixin:
             more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
             return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
 
-        def ordered(seq: list[tuple[Node, bool]], tag: int) -> Node:
+        def ordered(seq: list[tuple[Node, bool]], tag: int, after_one: bool = False) -> Node:
             """The body with the entries of ``seq`` in that order (each optional one may be
-            skipped), then the undeclared pairs."""
+            skipped), then the undeclared pairs (``after_one``: the rest of a body whose first
+            pair is written, each entry after a comma)."""
             memo: dict[tuple[int, int], Node] = {}
 
             def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
@@ -283,7 +284,7 @@ class ContainerMixin:
                 take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
                 return take if req else alt(take, first(i + 1))
 
-            return first(0)
+            return rest(0, 1) if after_one else first(0)
 
         tails: dict[tuple[int, bool], Node] = {}
 
@@ -306,6 +307,18 @@ class ContainerMixin:
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
+        if sum(sizes) <= SORTED_BUDGET:
+            # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold; the fragments
+            # after the first pair shared with the lead below); then, with undeclared keys
+            # allowed, undeclared pairs first (``"$schema"``, keys sorted ahead of the declared
+            # ones), then the declared ones sorted
+            alpha = sorted_order(keys, entries)
+            tag = 0 if alpha is None else 2
+            if alpha is not None and order_free is None:
+                body = alt(body, cold(ordered(alpha, tag)))
+            if not counted and extra_kv != NOTHING and entries:
+                lead = cat(extra_kv, rep(cat(self.comma, extra_kv), 0, None))
+                body = alt(body, cold(cat(lead, ordered(alpha or entries, tag, True))))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
@@ -374,22 +387,3 @@ class ContainerMixin:
 
         return after(0)
 
-
-def _hot_skips(sizes: list[int], required: list[bool]) -> int:
-    """How many skipped optional properties a schema-order path may have and keep precomputed
-    masks: the largest ``k`` whose hot copies (entry ``i`` after every earlier required entry and
-    all but at most ``k`` of the earlier optional ones) stay within ``ANY_ORDER_HOT`` times the
-    schema-order object."""
-    from math import comb
-
-    limit = ANY_ORDER_HOT * sum(sizes)
-    best = 0
-    for k in range(1, len(sizes)):
-        hot, optional = 0, 0
-        for size, req in zip(sizes, required):
-            hot += size * sum(comb(optional, j) for j in range(min(k, optional) + 1))
-            optional += not req
-        if hot > limit:
-            break
-        best = k
-    return best

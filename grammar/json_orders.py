@@ -20,6 +20,17 @@ from typing import Callable
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat
 
 WINDOW_MAX = 2  # properties that may be written ahead of the pending one
+ANY_ORDER_HOT = 1.5  # see ``_hot_skips``
+
+
+def sorted_order(keys: list[str], entries: list[tuple[Node, bool]], always: bool = False) -> list | None:
+    """``entries`` (one per key of ``keys``) with their keys sorted by code point, the order of
+    ``json.dumps(sort_keys=True)``, ``jq -S`` and most key-sorting formatters; None when that is
+    already their order (unless ``always``)."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    if not always and order == list(range(len(keys))):
+        return None
+    return [entries[i] for i in order]
 
 
 def window_cost(sizes: list[int], k: int) -> int:
@@ -85,3 +96,21 @@ def window_order(entries: list[tuple[Node, bool]], sizes: list[int], comma: Node
         return out
 
     return state(0, frozenset(), offset > 0)
+
+
+def _hot_skips(sizes: list[int], required: list[bool]) -> int:
+    """How many skipped optional properties a schema-order path may have and keep precomputed
+    masks: the largest ``k`` whose hot copies (entry ``i`` after every earlier required entry and
+    all but at most ``k`` of the earlier optional ones) stay within ``ANY_ORDER_HOT`` times the
+    schema-order object."""
+    limit = ANY_ORDER_HOT * sum(sizes)
+    best = 0
+    for k in range(1, len(sizes)):
+        hot, optional = 0, 0
+        for size, req in zip(sizes, required):
+            hot += size * sum(comb(optional, j) for j in range(min(k, optional) + 1))
+            optional += not req
+        if hot > limit:
+            break
+        best = k
+    return best

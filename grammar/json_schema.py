@@ -8,7 +8,8 @@ Output conventions (what a constrained model may write):
   them and the automaton of all orders stays small, else in schema order or with the required ones
   first in the order ``required`` lists them, then (in a single-DFA schema, within
   ``RELAX_BUDGET``) the optional ones in any order or nearly in order
-  (:mod:`radixlm.grammar.json_orders`) (a sound restriction);
+  (:mod:`radixlm.grammar.json_orders`) (a sound restriction); also, in objects up to
+  ``SORTED_BUDGET``, keys sorted (``sort_keys``), and undeclared keys first then declared ones sorted;
   each at most once, every required one present. Undeclared properties follow the declared ones:
   allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
   values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
@@ -36,6 +37,7 @@ Output conventions (what a constrained model may write):
   (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).
 - Not enforced: ``uniqueItems`` (accepted as written). ``nullable`` (OpenAPI) is an annotation,
   as in JSON Schema validators.
+- Keywords apply in the draft ``$schema`` names (:mod:`radixlm.grammar.schema_drafts`); none: all.
 - ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);
   remote documents are never fetched.
 - Compilation runs under a time budget (:mod:`radixlm.grammar.budget`); shared sub-schemas are
@@ -64,6 +66,7 @@ from radixlm.grammar.schema_checks import disjoint, implied_types, valid_values
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
 from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_oneof import exclusive_branches
+from radixlm.grammar.schema_drafts import apply_dialect
 from radixlm.grammar.schema_refs import canonical_refs
 from radixlm.grammar.schema_rewrite import rewrite_conditionals
 
@@ -372,7 +375,7 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
 
 
 def _convert(root: Any, any_whitespace: bool, grammar: bool) -> tuple[Node, dict[str, Node]]:
-    root = canonical_refs(root)
+    root = canonical_refs(apply_dialect(root))
     try:
         if grammar:
             raise _Recursive(large=True)

@@ -123,6 +123,7 @@ class InstanceResult:
     accepted: bool
     mask_times: list[float] = field(default_factory=list)
     mismatch: str | None = None  # a mask / accept_token disagreement (a bug)
+    failed_at: int | None = None  # bytes of the text accepted before the refused token (refused only)
 
 
 def run_instance(compiled: Any, tokenizer: Any, text: str, valid: bool, bitmask: torch.Tensor) -> InstanceResult:
@@ -132,6 +133,7 @@ def run_instance(compiled: Any, tokenizer: Any, text: str, valid: bool, bitmask:
     ids = encode_exact(tokenizer, info, text) + [info.stop_token_ids[0]]
     res = InstanceResult(valid, False)
     words = bitmask[0].numpy()
+    done = 0
     for tid in ids:
         t0 = time.perf_counter()
         matcher.fill_next_token_bitmask(bitmask, 0)
@@ -142,7 +144,9 @@ def run_instance(compiled: Any, tokenizer: Any, text: str, valid: bool, bitmask:
             res.mismatch = f"token {tid} allowed={allowed} accepted={ok}"
             return res
         if not ok:
+            res.failed_at = done
             return res
+        done += len(info.token_bytes[tid] or b"")
     res.accepted = matcher.is_terminated()
     return res
 

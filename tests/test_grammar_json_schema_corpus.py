@@ -1,0 +1,102 @@
+"""What the SchemaStore sweep (``benchmarks/schema_corpus_sweep.py``) found, on synthetic schemas
+(issue 12): object keys in sorted order and undeclared keys ahead of the declared ones (real
+documents are often written that way: ``"$schema"`` first, keys sorted by a formatter), each
+keyword applied only in the draft its ``$schema`` names, ``$ref`` siblings ignored in drafts 4 to
+7, remote references refused cleanly. Token by token on the default model's vocabulary (and
+``llama-spm`` when ``$RADIXLM_SHARED_DATA`` has it); the table is checked against ``jsonschema``."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from radixlm.grammar import GrammarError
+from radixlm.grammar.json_schema import json_schema_to_ast
+from radixlm.grammar.maskbench import (
+    load_compiler, load_tokenizer, schema_validator, table_failures, table_vocabularies,
+)
+from radixlm.grammar.schema_drafts import apply_dialect
+
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+S, I = {"type": "string"}, {"type": "integer"}
+# seven declared properties: too many for any order (schema order, required first, sorted)
+SEVEN = {"type": "object", "properties": {k: I for k in "gfedcba"}, "required": ["f"]}
+SMALL = {"type": "object", "properties": {"name": S, "id": I}, "required": ["name"]}
+
+# (name, schema, valid instances, invalid instances)
+CASES: list[tuple[str, Any, list, list]] = [
+    ("large object: keys sorted", SEVEN,
+     [{"a": 1, "c": 2, "f": 3}, {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7}, {"g": 1, "f": 2},
+      {"f": 1, "zz": "x"}],
+     [{"a": 1, "c": 2}, {"a": "1", "f": 2}, {"a": 1, "f": 2, "c": None}]),
+    ("undeclared keys first, then the declared ones sorted", SEVEN,
+     [{"$schema": "x", "a": 1, "f": 2}, {"$schema": "x", "B": [1], "f": 2, "g": 3}, {"$schema": "x", "f": 1}],
+     [{"$schema": "x"}, {"$schema": "x", "a": 1}, {"$schema": "x", "f": "2"}]),
+    ("small object: undeclared key first", SMALL,
+     [{"$schema": "s", "id": 1, "name": "n"}, {"$schema": "s", "name": "n"}, {"id": 1, "name": "n", "x": 2}],
+     [{"$schema": "s", "id": 1}, {"$schema": "s", "name": 1}]),
+    ("undeclared keys first, additionalProperties schema", {**SEVEN, "additionalProperties": S},
+     [{"A": "x", "f": 1}, {"A": "x", "B": "y", "a": 1, "f": 2}], [{"A": 1, "f": 1}, {"A": "x"}]),
+    ("additionalProperties false: no undeclared key first", {**SMALL, "additionalProperties": False},
+     [{"id": 1, "name": "n"}], [{"$schema": "s", "name": "n"}]),
+    ("nested objects sorted", {"type": "object", "properties": {"z": SEVEN, "y": I}},
+     [{"z": {"a": 1, "f": 2}, "y": 1}, {"z": {"$schema": "x", "f": 2}}], [{"z": {"a": 1}, "y": 1}]),
+    ("draft 4: const is no keyword", {"$schema": D4, "type": "object", "properties": {
+        "s": {"oneOf": [{"const": "a"}, {"const": "b"}]}}}, [{}], [{"s": "a"}, {"s": 1}]),
+    ("draft 4: if / propertyNames / contains are no keywords", {"$schema": D4, "type": "array", "items": {
+        "propertyNames": {"maxLength": 1}, "if": {"type": "object"}, "then": {"required": ["q"]}}, "contains": I},
+     [[{"long": 1}], [{}], [], ["x"]], [5, "x"]),
+    ("draft 7: $ref hides its siblings", {"$schema": D7, "definitions": {"i": I},
+                                          "properties": {"n": {"$ref": "#/definitions/i", "minimum": 5}}},
+     [{"n": 1}, {"n": 7}], [{"n": "x"}]),
+    ("2020-12: dependencies is no keyword, dependentRequired is",
+     {"$schema": D2020, "type": "object", "dependencies": {"a": ["b"]}, "dependentRequired": {"c": ["d"]}},
+     [{"a": 1}, {"c": 1, "d": 2}], [{"c": 1}]),
+    ("draft 7: dependencies", {"$schema": D7, "type": "object", "dependencies": {"a": ["b"]}},
+     [{"a": 1, "b": 2}, {}], [{"a": 1}]),
+]
+
+
+@pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
+def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
+    check = schema_validator(schema)
+    assert all(check.is_valid(v) for v in valid), name
+    assert not any(check.is_valid(v) for v in invalid), name
+
+
+@pytest.mark.parametrize("vocab", table_vocabularies())
+def test_corpus_cases_token_by_token(vocab: str) -> None:
+    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
+    failures = table_failures(comp, tok, CASES)
+    assert not failures, failures
+
+
+def test_apply_dialect_keeps_names_and_data() -> None:
+    """Only keywords go: a property named like a keyword, enum / const data and the draft-4
+    boolean ``exclusiveMinimum`` stay; nothing is copied when nothing is removed."""
+    schema = {"$schema": D4, "properties": {"const": {"enum": [{"const": 1}]}, "if": {"minimum": 1, "exclusiveMinimum": True}},
+              "const": 3}
+    got = apply_dialect(schema)
+    assert got == {"$schema": D4, "properties": {"const": {"enum": [{"const": 1}]}, "if": {"minimum": 1, "exclusiveMinimum": True}}}
+    plain = {"$schema": D7, "type": "object", "properties": {"a": {"const": 1}}}
+    assert apply_dialect(plain) is plain
+    unnamed = {"type": "array", "items": [S], "additionalItems": I, "dependencies": {"a": ["b"]}}
+    assert apply_dialect(unnamed) is unnamed  # no draft named: every keyword applies
+
+
+@pytest.mark.parametrize("ref", ["https://example.com/schemas/other.json", "other.json#/definitions/x",
+                                 "http://json-schema.org/draft-07/schema#", "//host/x.json"])
+def test_remote_ref_is_a_grammar_error_without_network(ref: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``$ref`` to another document is refused with a GrammarError, and nothing is fetched."""
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("network access while compiling a schema")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    schema = {"$id": "https://example.com/root.json", "type": "object", "properties": {"a": {"$ref": ref}}}
+    with pytest.raises(GrammarError, match="does not resolve|not supported|invalid"):
+        json_schema_to_ast(schema)
