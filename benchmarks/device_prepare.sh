@@ -6,7 +6,7 @@
 # Usage: bash benchmarks/device_prepare.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="pyzmq interegular lark fastapi uvicorn starlette pydantic pydantic-core annotated-types
+PKGS="pyzmq interegular lark fastapi uvicorn uvloop httptools starlette pydantic pydantic-core annotated-types
 typing-inspection typing-extensions opentelemetry-api gguf jsonschema jsonschema-specifications referencing rpds-py msgpack"
 mkdir -p .whl .device
 python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --implementation cp \
