@@ -27,6 +27,7 @@ from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tok
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.shift_classes import ShiftClasses
+from radixlm.grammar.state_costs import pair_cost, pair_costs
 from radixlm.grammar.tall_trie import short_mask, tall_trie
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
@@ -73,13 +74,19 @@ class DfaIndex:
         if self._graph is None:
             trans = self.trans
             n = trans.shape[0]
-            change = np.ones(trans.shape, dtype=bool)  # NOTE: one edge per byte run, not per byte
-            change[:, 1:] = trans[:, 1:] != trans[:, :-1]
-            src, col = np.nonzero(change)
-            dst = trans[src, col]
+            change = np.empty(trans.shape, dtype=bool)  # NOTE: one edge per byte run, not per byte
+            change[:, 0] = True
+            np.not_equal(trans[:, 1:], trans[:, :-1], out=change[:, 1:])
+            # NOTE: flat indices, not a 2-D nonzero (several times slower); sorted, as np.unique
+            # would give, by a plain sort and a neighbour test (np.unique hashes: slower here)
+            idx = np.flatnonzero(change)
+            src, col = idx >> 8, idx & 255
+            dst = trans.reshape(-1)[idx]
             keep = dst != 0
             self._runs = (np.searchsorted(src, np.arange(n + 1)), dst, col)  # runs in byte order
-            pairs = np.unique(src[keep].astype(np.int64) * n + dst[keep])
+            pairs = np.sort(src[keep] * n + dst[keep])
+            if pairs.size:
+                pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
             succ_ptr = np.searchsorted(pairs // n, np.arange(n + 1))
             rev = pairs[np.argsort(pairs % n, kind="stable")]
             pred_ptr = np.searchsorted(rev % n, np.arange(n + 1))
@@ -92,22 +99,7 @@ class DfaIndex:
             return int(self.cost[s])
         got = self._cost2.get(s)
         if got is None:
-            # NOTE: per byte run of the row (one target each) instead of per byte: the run's
-            # pair weights are a difference of prefix sums over first bytes (same integer).
-            row = self.trans[s]
-            change = np.empty(256, dtype=bool)
-            change[0] = True
-            np.not_equal(row[1:], row[:-1], out=change[1:])
-            starts = np.flatnonzero(change)
-            ends = np.empty_like(starts)
-            ends[:-1] = starts[1:]
-            ends[-1] = 256
-            live = row[starts] != 0
-            starts, ends = starts[live], ends[live]
-            cum = self.trie.pair_prefix()
-            live2 = self.trans[row[starts]] != 0
-            got = int(((cum[ends] - cum[starts]) * live2).sum()) + int((ends - starts).sum())
-            self._cost2[s] = got
+            got = self._cost2[s] = pair_cost(self.trans, self.trie, s)
         return got
 
     def boundary(self, state: int) -> np.ndarray:
@@ -130,6 +122,9 @@ class DfaIndex:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
         cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
+        new = [s for s, c in zip(todo, cheap) if not c and s not in self._cost2]
+        if len(new) > 1:  # NOTE: batched (an eager compile asks hundreds), same integers
+            self._cost2.update(zip(new, pair_costs(self.trans, self.trie, np.asarray(new, np.int64)).tolist()))
         is_wide = [not c and self.cost2(s) >= WIDE_NODES for s, c in zip(todo, cheap)]
         narrow = [s for s, w in zip(todo, is_wide) if not w]
         wide = [s for s, w in zip(todo, is_wide) if w]
