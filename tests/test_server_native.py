@@ -202,6 +202,7 @@ BAD = [
     ({"text": "x", "sampling_params": {"top_k": 0}}, "top_k"),
     ({"input_ids": []}, "empty"),
     ({"input_ids": [10**9]}, "input_ids"),
+    ({"input_ids": [5, -1]}, "input_ids"),
     ({"text": "word " * 5000}, "context length"),
     ({"text": "x", "return_logprob": True, "logprob_start_len": 999}, "logprob_start_len"),
     ({"text": ["a", "b"], "sampling_params": [GREEDY]}, "sampling_params"),

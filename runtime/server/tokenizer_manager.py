@@ -246,7 +246,8 @@ class TokenizerManager:
             raise RequestError(f"{where}the prompt needs {n + 1} KV slots; the pool has {self.max_total_tokens}",
                                param="prompt")
         vocab = self.info.get("vocab_size")
-        if vocab and any(not isinstance(t, int) or t < 0 or t >= vocab for t in spec.input_ids):
+        ids = spec.input_ids  # NOTE: C-level passes (this runs on the event loop, thousands of ids per prompt)
+        if vocab and ids and (not set(map(type, ids)) <= {int} or min(ids) < 0 or max(ids) >= vocab):
             raise RequestError(f"{where}input_ids must be token ids in [0, {vocab})", param="input_ids")
         if vocab and any(t >= vocab for t in sp.stop_token_ids):
             raise RequestError(f"{where}stop_token_ids must be token ids in [0, {vocab})", param="stop_token_ids")
