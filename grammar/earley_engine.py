@@ -20,7 +20,7 @@ from radixlm.grammar.ast import Node
 from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
-from radixlm.grammar.earley_walk import TableWalker, TrieView
+from radixlm.grammar.earley_walk import StackedDfas, TableWalker, TrieView, distinct
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.narrow_walk import pack_few
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
@@ -33,41 +33,10 @@ EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _
 EAGER_NARROW_SHARE = 0.25  # ... within this share of the compile budget left
 EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested for narrowness
 CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per terminal path)
-STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see _Stacked) ...
+STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see StackedDfas) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
 PY_MASK_COST = 1500  # terminal states with fewer trie nodes below their live bytes: ... too
-
-
-def _distinct(x: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of ``x`` (1-D). NOTE: np.unique hashes and costs ~20x a sort here."""
-    if x.size < 2:
-        return x
-    x = np.sort(x)
-    return x[np.concatenate(([True], x[1:] != x[:-1]))]
-
-
-class _Stacked:
-    """The small terminals' DFAs stacked into one table (``trans`` int32 ``[n, 256]``, ``accept``
-    bool ``[n]``; state 0 dead), so walks in many terminals go through the trie together: local
-    state ``q >= 1`` of terminal ``t`` is ``q + offset[t]`` (``offset[t] == -1``: not stacked)."""
-
-    def __init__(self, terms: list) -> None:
-        self.offset = [-1] * len(terms)
-        total = 1
-        for i, term in enumerate(terms):
-            n = term.trans.shape[0]
-            if n <= STACK_TERMINAL_STATES and total + n - 1 <= STACK_STATES:
-                self.offset[i] = total - 1
-                total += n - 1
-        self.trans = np.zeros((total, 256), dtype=np.int32)
-        self.accept = np.zeros(total, dtype=bool)
-        for term, off in zip(terms, self.offset):
-            if off >= 0:
-                n = term.trans.shape[0]
-                local = term.trans[1:]
-                self.trans[1 + off : n + off] = np.where(local != 0, local + off, 0)
-                self.accept[1 + off : n + off] = term.accept[1:]
 
 
 class EarleyState:
@@ -101,7 +70,7 @@ class EarleyEngine:
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
-        self.stacked = _Stacked(self.terms)
+        self.stacked = StackedDfas(self.terms, STACK_TERMINAL_STATES, STACK_STATES)
         self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
         self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
@@ -363,7 +332,7 @@ class EarleyEngine:
     def _walk_result(self, found: np.ndarray, accept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""
         tok = self.trie.node_token[found]
-        return tok[tok >= 0].astype(np.int64), _distinct(found[accept])
+        return tok[tok >= 0].astype(np.int64), distinct(found[accept])
 
     def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
         out = bytearray()

@@ -20,6 +20,38 @@ SCAN_CHILDREN = 24  # nodes with more children are looked up by the state's live
 _EMPTY = np.zeros(0, np.int64)
 
 
+def distinct(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``x`` (1-D). NOTE: np.unique hashes and costs ~20x a sort here."""
+    if x.size < 2:
+        return x
+    x = np.sort(x)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))]
+
+
+class StackedDfas:
+    """The small terminals' DFAs (``terms``: ByteDFAs; those of at most ``max_terminal`` states,
+    up to ``max_states`` in all) stacked into one table (``trans`` int32 ``[n, 256]``, ``accept``
+    bool ``[n]``; state 0 dead), so walks in many terminals go through the trie together: local
+    state ``q >= 1`` of terminal ``t`` is ``q + offset[t]`` (``offset[t] == -1``: not stacked)."""
+
+    def __init__(self, terms: list, max_terminal: int, max_states: int) -> None:
+        self.offset = [-1] * len(terms)
+        total = 1
+        for i, term in enumerate(terms):
+            n = term.trans.shape[0]
+            if n <= max_terminal and total + n - 1 <= max_states:
+                self.offset[i] = total - 1
+                total += n - 1
+        self.trans = np.zeros((total, 256), dtype=np.int32)
+        self.accept = np.zeros(total, dtype=bool)
+        for term, off in zip(terms, self.offset):
+            if off >= 0:
+                n = term.trans.shape[0]
+                local = term.trans[1:]
+                self.trans[1 + off : n + off] = np.where(local != 0, local + off, 0)
+                self.accept[1 + off : n + off] = term.accept[1:]
+
+
 class TrieView:
     """Python-side views of one trie (children runs, bytes, tokens), with per-node child maps
     built on first use. Shared by the walkers of one engine; single-writer."""
