@@ -131,6 +131,12 @@ class GrammarCompiler:
         text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False)
 
         def build() -> CompiledGrammar:
+            try:
+                return build_once()
+            except RecursionError:  # NOTE: a grammar nested past Python's stack, in any pass
+                raise GrammarError("schema nesting too deep") from None
+
+        def build_once() -> CompiledGrammar:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
                 try:
                     with budget_share(DFA_SHARE):

@@ -92,7 +92,6 @@ class SchemaConverter(ContainerMixin, NotMixin):
         self.recursive: set[str] = set()
         self.stack: list[str] = []
         self.uid = itertools.count()
-        self.merges = 0
         self.done: dict[str, Node] = {}
         self.obj_depth = 0  # objects around the one being converted (see ``extra_value``)
         self.walk = Walk()
@@ -170,9 +169,11 @@ class SchemaConverter(ContainerMixin, NotMixin):
 
     def normalize(self, schema: dict) -> Any:
         """Resolve ``$ref`` with sibling assertions and flatten ``allOf`` into one schema."""
+        rounds = 0  # NOTE: per call (a $ref cycle through siblings loops here); the budget bounds the total
         while True:
-            self.merges += 1
-            if self.merges > 10_000:
+            rounds += 1
+            check_budget("merging allOf / $ref", 2)
+            if rounds > 1_000:
                 raise GrammarError("$ref / allOf nesting too deep")
             schema = rewrite_conditionals(schema, self._negatable)
             rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}

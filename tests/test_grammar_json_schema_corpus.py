@@ -100,3 +100,17 @@ def test_remote_ref_is_a_grammar_error_without_network(ref: str, monkeypatch: py
     schema = {"$id": "https://example.com/root.json", "type": "object", "properties": {"a": {"$ref": ref}}}
     with pytest.raises(GrammarError, match="does not resolve|not supported|invalid"):
         json_schema_to_ast(schema)
+
+
+def test_recursion_error_in_any_pass_is_a_grammar_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grammar nested past Python's stack in a pass after the conversion (lowering, automaton
+    building: SchemaStore's partial-mypy) is refused with a GrammarError, not a RecursionError."""
+    from radixlm.grammar import compiler as compiler_mod
+
+    def too_deep(*args: Any, **kwargs: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(compiler_mod, "dfa_from_ast", too_deep)
+    comp = compiler_mod.GrammarCompiler(load_compiler(table_vocabularies()[0]).tokenizer_info)
+    with pytest.raises(GrammarError, match="nesting too deep"):
+        comp.compile_json_schema({"type": "object", "properties": {"recursion": {"type": "integer"}}})
