@@ -14,6 +14,7 @@ from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
 from radixlm.grammar.json_orders import ANY_ORDER_HOT, _hot_skips, sorted_order, window_order  # noqa: F401
 from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
+from radixlm.grammar.json_unique import finite_items, unique_array
 
 
 # NOTE: an unspecified additionalProperties (JSON Schema: any undeclared key is allowed) lets any
@@ -37,7 +38,8 @@ ANY_ORDER_BUDGET = 8_000
 # The cold relaxed orders of a large object (the optional tail in any order, or nearly in order)
 # get a smaller budget: their states cost compile time whether or not an output visits them.
 RELAX_BUDGET = 2_000
-SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
+SORTED_BUDGET = 16 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
+PAIR_RULE_SIZE = 400  # in a grammar, a declared pair larger than this is a rule (orders share it)
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
 
@@ -64,6 +66,9 @@ class ContainerMixin:
     grammar_mode: bool
 
     def array(self, s: dict) -> Node:
+        values = finite_items(self, s)
+        if values is not None:  # NOTE: uniqueItems over a finite domain: enforced (json_unique)
+            return unique_array(self, s, values)
         items = s.get("items")
         prefix = s.get("prefixItems")
         if isinstance(items, list):  # draft 4-7 tuple form
@@ -234,6 +239,10 @@ class ContainerMixin:
                 continue
             kv = cat(string_literal(k), self.colon, node)
             sizes.append(self.walk.size(kv))
+            if self.grammar_mode and sizes[-1] > PAIR_RULE_SIZE:
+                # NOTE: a large pair is a rule of its own: every order of the object refers to it
+                name = f"__pair{len(self.rules)}"
+                self.rules[name], kv, sizes[-1] = kv, ("ref", name), 1
             keys.append(k)
             entries.append((self._pair(kv), k in required))
         extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)

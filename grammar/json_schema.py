@@ -35,7 +35,8 @@ Output conventions (what a constrained model may write):
   ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
   left out; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
   (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).
-- Not enforced: ``uniqueItems`` (accepted as written). ``nullable`` (OpenAPI) is an annotation,
+- ``uniqueItems``: enforced over a finite item domain (:mod:`radixlm.grammar.json_unique`), else
+  not enforced (accepted as written). ``nullable`` (OpenAPI) is an annotation,
   as in JSON Schema validators.
 - Keywords apply in the draft ``$schema`` names (:mod:`radixlm.grammar.schema_drafts`); none: all.
 - ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);

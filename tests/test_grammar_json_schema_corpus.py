@@ -45,6 +45,23 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"id": 1, "name": "n"}], [{"$schema": "s", "name": "n"}]),
     ("nested objects sorted", {"type": "object", "properties": {"z": SEVEN, "y": I}},
      [{"z": {"a": 1, "f": 2}, "y": 1}, {"z": {"$schema": "x", "f": 2}}], [{"z": {"a": 1}, "y": 1}]),
+    ("grammar: large pairs are rules, every order refers to them", {"$defs": {"t": {
+        "type": "object", "required": ["big"], "properties": {
+            "big": {"type": "object", "properties": {k: {"type": "string", "maxLength": 40} for k in "pqrstuv"}},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}, "a": I}}}, "$ref": "#/$defs/t"},
+     [{"a": 1, "big": {"p": "x", "v": "y"}, "kids": [{"big": {}}]}, {"$schema": "s", "big": {"q": ""}, "kids": []},
+      {"big": {}, "kids": [], "a": 2}],
+     [{"a": 1, "kids": []}, {"$schema": "s", "big": {"q": 1}}, {"big": {"p": "x" * 41}}]),
+    ("uniqueItems over an enum: exact, any order", {"type": "array", "items": {"enum": ["node", "deno", 1, 1.0, None]},
+                                                    "uniqueItems": True},
+     [[], ["node"], ["deno", "node"], ["node", 1, None], [None, 1, "deno", "node"]],
+     [["node", "node"], [1, 1.0], [None, "deno", None], ["x"]]),
+    ("uniqueItems over booleans with counts", {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True,
+                                               "minItems": 2},
+     [[True, False], [False, True]], [[True], [True, True], []]),
+    ("uniqueItems over a long enum: in the schema's order", {"type": "array", "uniqueItems": True, "maxItems": 3,
+                                                             "items": {"$ref": "#/$defs/e"}, "$defs": {"e": {"enum": list("abcdefgh")}}},
+     [["a", "c", "h"], ["b"], []], [["a", "a"], ["a", "b", "c", "d"], ["z"]]),
     ("draft 4: const is no keyword", {"$schema": D4, "type": "object", "properties": {
         "s": {"oneOf": [{"const": "a"}, {"const": "b"}]}}}, [{}], [{"s": "a"}, {"s": 1}]),
     ("draft 4: if / propertyNames / contains are no keywords", {"$schema": D4, "type": "array", "items": {
