@@ -24,6 +24,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.trie import expand
 
 MAX_DFA_STATES = 100_000
+LAYER_MIN = 64  # bulk copies of at least this many states are numbered by layers (_layered)
 _first = itemgetter(0)
 
 
@@ -203,8 +204,44 @@ def _reach(dfa: ByteDFA, t: int) -> tuple[np.ndarray, list[int]]:
                     seen.add(u)
                     (barrier if acc[u] else inner).append(u)
             k += 1
-        got = cache[t] = (np.asarray(inner, dtype=np.int64), barrier)
+        got = cache[t] = (np.asarray(_layered(inner, runs), dtype=np.int64), barrier)
     return got
+
+
+def _layered(inner: list[int], runs: list) -> list[int]:
+    """``inner`` (a breadth-first list from its first state) ordered by longest distance from
+    the first state, then breadth-first, when the states form no cycle (else unchanged).
+
+    NOTE: the ids of a bulk copy follow this order. A counting chain (a ``maxLength`` string) is
+    a DAG where every copy spans the same layers (a ``\\uXXXX`` escape's states sit 1-5 layers
+    after their copy's first state), so its copies are numbered alike from the first one: a
+    breadth-first order numbers the first few differently (its layers fill up over 5 copies),
+    and shift classes (:mod:`radixlm.grammar.shift_classes`) never matched there."""
+    m = len(inner)
+    if m < LAYER_MIN:
+        return inner
+    pos = {u: i for i, u in enumerate(inner)}
+    succ = [[pos[u] for u in {r[2] for r in runs[q]} if u in pos] for q in inner]
+    indeg = [0] * m
+    for out in succ:
+        for j in out:
+            indeg[j] += 1
+    layer = [0] * m
+    stack = [i for i in range(m) if not indeg[i]]
+    done = 0
+    while stack:
+        i = stack.pop()
+        done += 1
+        nxt = layer[i] + 1
+        for j in succ[i]:
+            if layer[j] < nxt:
+                layer[j] = nxt
+            indeg[j] -= 1
+            if not indeg[j]:
+                stack.append(j)
+    if done < m:  # NOTE: a cycle (an unbounded loop): breadth-first order
+        return inner
+    return [inner[i] for i in sorted(range(m), key=layer.__getitem__)]  # NOTE: stable: BFS ties
 
 
 def _disjoint(edges: list[tuple[int, int, frozenset[int]]]) -> list[tuple[int, int, frozenset[int]]]:

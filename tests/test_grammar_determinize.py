@@ -135,3 +135,35 @@ def test_duplicate_key_text_is_refused() -> None:
     assert not d.matches('{"o": {"x": 1}, "o": {"x": 1}}')
     assert d.matches('{"o": {"x": 1}}')
     assert not d.matches('{"o": {}}')
+
+
+CHAIN = r'"([^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,40}"'  # a bounded JSON string: a counting chain
+
+
+@pytest.mark.parametrize("pattern", [CHAIN, r'"([^"\\]|\\u[0-9a-f]{4}){0,30}[a-z]*"'])  # DAG; with a loop
+def test_large_blocks_keep_the_language(pattern: str) -> None:
+    node = cat(char("["), ("dfa", regex_to_dfa(pattern)), char("]"))
+    bulk, general = _bulk(node), _general(node)
+    assert _same_language(bulk, general) and bulk.n_states == general.n_states
+    for text in ['[""]', '["a\\u00e9b"]', '["' + "x" * 40 + '"]', '["' + "x" * 41 + '"]', '["\\q"]']:
+        assert bulk.matches(text) == general.matches(text), text
+
+
+def test_chain_copies_numbered_alike_from_the_first() -> None:
+    # NOTE: bulk copies follow layers (determinize._layered): every copy of the chain has the same
+    # rows relative to its first state, the first copy included (shift classes rely on it)
+    dfa = _bulk(cat(char("["), ("dfa", regex_to_dfa(CHAIN)), char("]")))
+    s = dfa.step(dfa.start, b'["')
+    firsts = [s]
+    for _ in range(30):
+        s = dfa.step(s, b"a")
+        firsts.append(s)
+    step = firsts[1] - firsts[0]
+    assert all(b - a == step for a, b in zip(firsts, firsts[1:]))
+
+    def rel(q: int) -> list[tuple[int, int]]:
+        return [(b, int(t) - q if t else -1) for b, t in enumerate(dfa.trans[q]) if b != ord('"')]
+
+    for q in firsts[1:25]:
+        for k in range(step):
+            assert rel(firsts[0] + k) == rel(q + k), (q, k)

@@ -248,3 +248,13 @@ def test_depth_limited_masks_equal_plain_walk_real_vocab() -> None:
     text = ('"' + 'The quick brown fox, é\\"語\\u00e9 ' * 4).encode()
     for s in _states_until_dead(dfa, text):
         assert np.array_equal(fast.mask(s), plain.mask(s)), s
+
+
+def test_max_below_equals_scatter_max() -> None:
+    from radixlm.grammar import tall_trie
+
+    for trie in (TokenTrie(_vocab(3)), load_compiler(DEFAULT_TOKENIZER).tokenizer_info.trie):
+        want = tall_trie.node_depths(trie).copy()
+        for lo, hi, parent, _ in reversed(trie.levels()):
+            np.maximum.at(want, parent, want[lo:hi])
+        assert np.array_equal(tall_trie._max_below(trie), want)
