@@ -10,6 +10,10 @@ Token masks: the tokens that stay inside a thread's terminal are that terminal D
 :meth:`EarleyEngine._eager_masks`); the tokens that cross a terminal boundary are found by walking
 the trie below the boundary nodes with the threads the boundary spawns, one level of spawns at a
 time for all new threads of a state, the walks cached per terminal path (column-free).
+
+First visits while serving: most crossing walks start below a few boundary nodes and die within
+a byte or two, and narrow terminal states have few trie nodes below them; both are stepped in
+Python (:mod:`radixlm.grammar.earley_walk`, under a step budget) instead of numpy's per-depth walk.
 """
 
 from __future__ import annotations
