@@ -198,25 +198,26 @@ def _reach(dfa: ByteDFA, t: int) -> tuple[np.ndarray, list[int]]:
         inner = [t]
         barrier = []
         k = 0
+        loop = False  # NOTE: a self-loop (most unbounded loops have one): no layers to look for
         while k < len(inner):
-            for _, _, u in runs[inner[k]]:
+            q = inner[k]
+            for _, _, u in runs[q]:
                 if u not in seen:
                     seen.add(u)
                     (barrier if acc[u] else inner).append(u)
+                elif u == q:
+                    loop = True
             k += 1
-        got = cache[t] = (np.asarray(_layered(inner, runs), dtype=np.int64), barrier)
+        got = cache[t] = (np.asarray(inner if loop else _layered(inner, runs), dtype=np.int64), barrier)
     return got
 
 
 def _layered(inner: list[int], runs: list) -> list[int]:
-    """``inner`` (a breadth-first list from its first state) ordered by longest distance from
-    the first state, then breadth-first, when the states form no cycle (else unchanged).
-
-    NOTE: the ids of a bulk copy follow this order. A counting chain (a ``maxLength`` string) is
-    a DAG where every copy spans the same layers (a ``\\uXXXX`` escape's states sit 1-5 layers
-    after their copy's first state), so its copies are numbered alike from the first one: a
-    breadth-first order numbers the first few differently (its layers fill up over 5 copies),
-    and shift classes (:mod:`radixlm.grammar.shift_classes`) never matched there."""
+    """``inner`` (breadth-first from its first state) ordered by longest distance from the first
+    state, then breadth-first, when the states form no cycle (else unchanged). NOTE: a bulk copy's
+    ids follow this order. Every copy of a counting chain (``maxLength`` string, a DAG) spans the
+    same layers (``\\uXXXX`` states 1-5 after the copy's first), so its copies are numbered alike
+    from the first one (breadth-first, the first few differ: shift classes never matched them)."""
     m = len(inner)
     if m < LAYER_MIN:
         return inner
