@@ -15,6 +15,7 @@ from radixlm.grammar.automaton import dfa_from_ast, regex_ast
 from radixlm.grammar.budget import budget_share, compile_budget, paused_gc
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_orders import SORTED_ORDERS
 from radixlm.grammar.json_schema import json_schema_to_ast
 from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import RegionCache
@@ -25,6 +26,7 @@ from radixlm.grammar.tokenizer_info import TokenizerInfo
 # MAX_DFA_STATES) it compiles as a grammar with the rest.
 DFA_SHARE = 0.5
 TOO_LARGE = ("grammar too large", "grammar too complex")
+ORDERS_SHARE = 0.5  # of the budget for a first compile with the extra property orders
 
 
 class CompiledGrammar:
@@ -132,7 +134,19 @@ class GrammarCompiler:
 
         def build() -> CompiledGrammar:
             try:
-                return build_once()
+                try:
+                    with compile_budget(), budget_share(ORDERS_SHARE):
+                        return build_once()
+                except GrammarError as e:
+                    if not str(e).startswith(TOO_LARGE):
+                        raise
+                # NOTE: too large with the extra property orders (sorted keys, undeclared keys
+                # first): again without them, under a budget of its own
+                token = SORTED_ORDERS.set(False)
+                try:
+                    return build_once()
+                finally:
+                    SORTED_ORDERS.reset(token)
             except RecursionError:  # NOTE: a grammar nested past Python's stack, in any pass
                 raise GrammarError("schema nesting too deep") from None
 

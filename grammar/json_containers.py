@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
 from radixlm.grammar.dfa_ops import difference_finite, minimize, product, union
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
-from radixlm.grammar.json_orders import ANY_ORDER_HOT, _hot_skips, sorted_order, window_order  # noqa: F401
+from radixlm.grammar.json_orders import ANY_ORDER_HOT, SORTED_ORDERS, _hot_skips, sorted_order, window_order  # noqa: F401
 from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
 from radixlm.grammar.json_unique import finite_items, unique_array
@@ -38,7 +38,7 @@ ANY_ORDER_BUDGET = 8_000
 # The cold relaxed orders of a large object (the optional tail in any order, or nearly in order)
 # get a smaller budget: their states cost compile time whether or not an output visits them.
 RELAX_BUDGET = 2_000
-SORTED_BUDGET = 16 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
+SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
 PAIR_RULE_SIZE = 400  # in a grammar, a declared pair larger than this is a rule (orders share it)
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
@@ -316,7 +316,7 @@ class ContainerMixin:
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
-        if sum(sizes) <= SORTED_BUDGET:
+        if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold; the fragments
             # after the first pair shared with the lead below); then, with undeclared keys
             # allowed, undeclared pairs first (``"$schema"``, keys sorted ahead of the declared

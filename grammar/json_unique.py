@@ -16,7 +16,7 @@ from radixlm.grammar.schema_checks import valid_values
 from radixlm.grammar.schema_merge import _json_eq, resolve_pointer
 
 EXACT_MAX = 6
-ORDERED_MAX = 64  # more values: uniqueItems unenforced (an automaton of n^2 pairs)
+ORDERED_MAX = 12  # more values: uniqueItems unenforced (the automaton grows as n^3)
 
 
 def finite_items(conv: Any, s: dict) -> list[Any] | None:
