@@ -106,6 +106,7 @@ class MaskTable:
         dense = np.full(n_states, -1, dtype=np.int64)
         dense[0] = 1  # the dead state: nothing allowed
         by_id: dict[tuple[int, bool], int] = {}
+        plain: dict[int, tuple[np.ndarray, int]] = {}  # id -> (mask, row) of non-accepting rows
         for s, m in masks.items():
             acc = bool(accept[s])
             key = (id(m), acc)
@@ -113,10 +114,17 @@ class MaskTable:
             if r is None:
                 r = by_id[key] = len(rows)
                 rows.append(m | stop if acc else m)
+                if not acc:
+                    plain[id(m)] = (m, r)  # NOTE: holds m, so its id is never reused
             dense[s] = r
         table._reset_storage(np.stack(rows))
         table._dense = dense
         table._missing = int((dense < 0).sum())
+        # NOTE: a cold state's row is matched against the precomputed ones by identity only (the
+        # token index hands out one array per distinct mask), and by content against the rows
+        # added since: hashing every precomputed row on the first cold visit cost up to ~2 ms
+        table._plain = plain
+        table._by_bytes = {}
         return table
 
     @property
@@ -130,8 +138,13 @@ class MaskTable:
             dense = self._dense
             todo = [int(s) for s in dict.fromkeys(ids.tolist()) if s >= 0 and dense[s] < 0]
             if todo:
+                plain = getattr(self, "_plain", None) or {}
                 for s, mask in zip(todo, self._compute(todo)):
-                    dense[s] = self._add(np.asarray(mask, dtype=np.int32))
+                    hit = plain.get(id(mask))
+                    if hit is not None and hit[0] is mask:
+                        dense[s] = hit[1]
+                    else:
+                        dense[s] = self._add(np.asarray(mask, dtype=np.int32))
                 self._missing -= len(todo)
 
     def _add(self, mask: np.ndarray) -> int:

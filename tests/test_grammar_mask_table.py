@@ -189,3 +189,24 @@ def test_device_copies_are_incremental_and_bounded(monkeypatch) -> None:
     b = mt.MaskTable.from_dense(np.ones((200, 100), np.int32) * np.arange(200, dtype=np.int32)[:, None], stop)
     b.device_rows(dev)
     assert b.device_bytes() > 0 and a.device_bytes() == 0  # a was least recently used
+
+
+def test_cold_dfa_rows_match_precomputed_by_identity() -> None:
+    """A cold DFA state whose mask is a precomputed state's array shares its row; an equal copy
+    or an accepting state gets a correct row of its own (rows are never wrong, only duplicated)."""
+    from radixlm.grammar import mask_table as mt
+
+    words = 4
+    stop = np.array([0, 0, 0, 1 << 3], dtype=np.int32)
+    a, b = np.array([1, 2, 3, 0], np.int32), np.array([4, 0, 0, 0], np.int32)
+    cold = {3: a, 4: a.copy(), 5: b, 6: np.zeros(words, np.int32)}
+    accept = np.array([False, False, False, False, False, True, False])
+    table = mt.MaskTable.from_states(7, {1: a, 2: b}, accept, stop,
+                                     lambda states: [cold[s] | stop if accept[s] else cold[s] for s in states])
+    assert not table.complete
+    rows = table.row_ids([1, 2, 3, 4, 5, 6, 0])
+    assert rows[2] == rows[0] and rows[3] != rows[0]
+    for s, r in zip([1, 2, 3, 4, 5, 6, 0], rows.tolist()):
+        want = {1: a, 2: b, 0: np.zeros(words, np.int32)}.get(s, cold.get(s))
+        assert np.array_equal(table.row_np(r), want | stop if accept[s] else want), s
+    assert table.complete
