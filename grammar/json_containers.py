@@ -319,13 +319,13 @@ class ContainerMixin:
         if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold; the fragments
             # after the first pair shared with the lead below); then, with undeclared keys
-            # allowed, undeclared pairs first (``"$schema"``, keys sorted ahead of the declared
-            # ones), then the declared ones sorted
+            # allowed, in outermost objects (a larger inner pair loses other orders around it),
+            # undeclared pairs first (``"$schema"``), then the declared ones sorted
             alpha = sorted_order(keys, entries)
             tag = 0 if alpha is None else 2
             if alpha is not None and order_free is None:
                 body = alt(body, cold(ordered(alpha, tag)))
-            if not counted and extra_kv != NOTHING and entries:
+            if self.obj_depth == 0 and not counted and extra_kv != NOTHING and entries:
                 lead = cat(extra_kv, rep(cat(self.comma, extra_kv), 0, None))
                 body = alt(body, cold(cat(lead, ordered(alpha or entries, tag, True))))
         if body == NOTHING:

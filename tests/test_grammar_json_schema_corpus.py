@@ -33,7 +33,7 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"a": 1, "c": 2, "f": 3}, {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7}, {"g": 1, "f": 2},
       {"f": 1, "zz": "x"}],
      [{"a": 1, "c": 2}, {"a": "1", "f": 2}, {"a": 1, "f": 2, "c": None}]),
-    ("undeclared keys first, then the declared ones sorted", SEVEN,
+    ("outermost object: undeclared keys first, then the declared ones sorted", SEVEN,
      [{"$schema": "x", "a": 1, "f": 2}, {"$schema": "x", "B": [1], "f": 2, "g": 3}, {"$schema": "x", "f": 1}],
      [{"$schema": "x"}, {"$schema": "x", "a": 1}, {"$schema": "x", "f": "2"}]),
     ("small object: undeclared key first", SMALL,
@@ -44,7 +44,7 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("additionalProperties false: no undeclared key first", {**SMALL, "additionalProperties": False},
      [{"id": 1, "name": "n"}], [{"$schema": "s", "name": "n"}]),
     ("nested objects sorted", {"type": "object", "properties": {"z": SEVEN, "y": I}},
-     [{"z": {"a": 1, "f": 2}, "y": 1}, {"z": {"$schema": "x", "f": 2}}], [{"z": {"a": 1}, "y": 1}]),
+     [{"z": {"a": 1, "f": 2}, "y": 1}, {"z": {"f": 2, "zz": 1}}], [{"z": {"a": 1}, "y": 1}]),
     ("grammar: large pairs are rules, every order refers to them", {"$defs": {"t": {
         "type": "object", "required": ["big"], "properties": {
             "big": {"type": "object", "properties": {k: {"type": "string", "maxLength": 40} for k in "pqrstuv"}},
