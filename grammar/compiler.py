@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from radixlm.grammar import budget
 from radixlm.grammar.ast import alt, lit
 from radixlm.grammar.automaton import dfa_from_ast, regex_ast
 from radixlm.grammar.budget import budget_share, compile_budget, paused_gc
@@ -26,7 +27,7 @@ from radixlm.grammar.tokenizer_info import TokenizerInfo
 # MAX_DFA_STATES) it compiles as a grammar with the rest.
 DFA_SHARE = 0.5
 TOO_LARGE = ("grammar too large", "grammar too complex")
-ORDERS_SHARE = 0.5  # of the budget for a first compile with the extra property orders
+ORDERS_SHARE = 0.5  # work of a first compile with the extra property orders, in plain compile budgets
 
 
 class CompiledGrammar:
@@ -134,19 +135,22 @@ class GrammarCompiler:
 
         def build() -> CompiledGrammar:
             try:
-                try:
-                    with compile_budget(), budget_share(ORDERS_SHARE):
+                # NOTE: one budget for both tries: one CPU-time backstop, and the retry gets at
+                # least a plain compile's work units
+                with compile_budget(units=int(budget.DEFAULT_UNITS * (1 + ORDERS_SHARE))):
+                    try:
+                        with budget_share(ORDERS_SHARE / (1 + ORDERS_SHARE)):
+                            return build_once()
+                    except GrammarError as e:
+                        if not str(e).startswith(TOO_LARGE) or "(CPU time)" in str(e):
+                            raise  # NOTE: past the CPU-time backstop: no second try
+                    # NOTE: too large with the extra property orders (sorted keys): again
+                    # without them, with what the first try left
+                    token = SORTED_ORDERS.set(False)
+                    try:
                         return build_once()
-                except GrammarError as e:
-                    if not str(e).startswith(TOO_LARGE) or "(CPU time)" in str(e):
-                        raise  # NOTE: past the CPU-time backstop: no second try (bounded compiles)
-                # NOTE: too large with the extra property orders (sorted keys, undeclared keys
-                # first): again without them, under a budget of its own
-                token = SORTED_ORDERS.set(False)
-                try:
-                    return build_once()
-                finally:
-                    SORTED_ORDERS.reset(token)
+                    finally:
+                        SORTED_ORDERS.reset(token)
             except RecursionError:  # NOTE: a grammar nested past Python's stack, in any pass
                 raise GrammarError("schema nesting too deep") from None
 

@@ -38,7 +38,7 @@ ANY_ORDER_BUDGET = 8_000
 # The cold relaxed orders of a large object (the optional tail in any order, or nearly in order)
 # get a smaller budget: their states cost compile time whether or not an output visits them.
 RELAX_BUDGET = 2_000
-SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys, keys first
+SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys
 PAIR_RULE_SIZE = 400  # in a grammar, a declared pair larger than this is a rule (orders share it)
 _EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
@@ -266,10 +266,9 @@ class ContainerMixin:
             more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
             return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
 
-        def ordered(seq: list[tuple[Node, bool]], tag: int, after_one: bool = False) -> Node:
+        def ordered(seq: list[tuple[Node, bool]], tag: int) -> Node:
             """The body with the entries of ``seq`` in that order (each optional one may be
-            skipped), then the undeclared pairs (``after_one``: the rest of a body whose first
-            pair is written, each entry after a comma)."""
+            skipped), then the undeclared pairs."""
             memo: dict[tuple[int, int], Node] = {}
 
             def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
@@ -293,7 +292,7 @@ class ContainerMixin:
                 take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
                 return take if req else alt(take, first(i + 1))
 
-            return rest(0, 1) if after_one else first(0)
+            return first(0)
 
         tails: dict[tuple[int, bool], Node] = {}
 
@@ -317,17 +316,13 @@ class ContainerMixin:
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
         if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET:
-            # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold; the fragments
-            # after the first pair shared with the lead below); then, with undeclared keys
-            # allowed, in outermost objects (a larger inner pair loses other orders around it),
-            # undeclared pairs first (``"$schema"``), then the declared ones sorted
+            # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold). Undeclared
+            # keys stay after the declared ones: allowed first, they let a model open an object
+            # with a key of its own (greedy SmolLM2 on a tree schema wrote {"The tree is a
+            # small, ancient tree ...} instead of {"label": ...}).
             alpha = sorted_order(keys, entries)
-            tag = 0 if alpha is None else 2
             if alpha is not None and order_free is None:
-                body = alt(body, cold(ordered(alpha, tag)))
-            if self.obj_depth == 0 and not counted and extra_kv != NOTHING and entries:
-                lead = cat(extra_kv, rep(cat(self.comma, extra_kv), 0, None))
-                body = alt(body, cold(cat(lead, ordered(alpha or entries, tag, True))))
+                body = alt(body, cold(ordered(alpha, 2)))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))

@@ -22,7 +22,7 @@ from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat
 
 WINDOW_MAX = 2  # properties that may be written ahead of the pending one
 ANY_ORDER_HOT = 1.5  # see ``_hot_skips``
-# Whether objects also take sorted keys / undeclared keys first (cold copies; the compiler retries
+# Whether objects also take sorted keys (cold copies; the compiler retries
 # without them when a schema is too large with them).
 SORTED_ORDERS: contextvars.ContextVar[bool] = contextvars.ContextVar("sorted_orders", default=True)
 

@@ -9,7 +9,7 @@ Output conventions (what a constrained model may write):
   first in the order ``required`` lists them, then (in a single-DFA schema, within
   ``RELAX_BUDGET``) the optional ones in any order or nearly in order
   (:mod:`radixlm.grammar.json_orders`) (a sound restriction); also, in objects up to
-  ``SORTED_BUDGET``, keys sorted (``sort_keys``), and undeclared keys first then declared ones sorted;
+  ``SORTED_BUDGET``, keys sorted (``sort_keys``);
   each at most once, every required one present. Undeclared properties follow the declared ones:
   allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
   values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
