@@ -83,6 +83,8 @@ class TokenizerManager:
         info: the scheduler's ready report (``context_len``, ``max_total_tokens``, ...).
     """
 
+    _trace = None  # NOTE: the RADIXLM_TRACE_DIR timeline (set in __init__ when enabled)
+
     def __init__(self, config: ServerConfig, paths: IpcPaths, tokenizer, info: dict) -> None:
         self.config, self.paths, self.tokenizer, self.info = config, paths, tokenizer, info
         self.context_len: int = info["context_len"]
