@@ -14,10 +14,9 @@ import pytest
 
 from radixlm.grammar import GrammarError
 from radixlm.grammar.json_schema import json_schema_to_ast
-from radixlm.grammar.maskbench import (
-    load_compiler, load_tokenizer, schema_validator, table_failures, table_vocabularies,
-)
+from radixlm.grammar.maskbench import load_compiler, table_vocabularies
 from radixlm.grammar.schema_drafts import apply_dialect
+from radixlm.grammar.testing import schema_table_tests
 
 D4 = "http://json-schema.org/draft-04/schema#"
 D7 = "http://json-schema.org/draft-07/schema#"
@@ -72,18 +71,7 @@ CASES: list[tuple[str, Any, list, list]] = [
 ]
 
 
-@pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
-def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
-    check = schema_validator(schema)
-    assert all(check.is_valid(v) for v in valid), name
-    assert not any(check.is_valid(v) for v in invalid), name
-
-
-@pytest.mark.parametrize("vocab", table_vocabularies())
-def test_corpus_cases_token_by_token(vocab: str) -> None:
-    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
-    failures = table_failures(comp, tok, CASES)
-    assert not failures, failures
+test_table_agrees_with_jsonschema, test_corpus_cases_token_by_token = schema_table_tests(CASES)
 
 
 def test_apply_dialect_keeps_names_and_data() -> None:

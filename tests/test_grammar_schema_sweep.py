@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from radixlm.grammar.maskbench import (
-    load_compiler, load_tokenizer, schema_validator, table_failures, table_vocabularies,
-)
+from radixlm.grammar.testing import schema_table_tests
 
 # MaskBench Github_easy---o78062, reduced: a oneOf whose branches share a required long string
 # ("name", up to 500 characters: once the disjointness check intersected two such counters and
@@ -78,18 +74,7 @@ CASES: list[tuple[str, Any, list, list]] = [
 ]
 
 
-@pytest.mark.parametrize("name,schema,valid,invalid", CASES, ids=[c[0] for c in CASES])
-def test_table_agrees_with_jsonschema(name: str, schema: Any, valid: list, invalid: list) -> None:
-    check = schema_validator(schema)
-    assert all(check.is_valid(v) for v in valid), name
-    assert not any(check.is_valid(v) for v in invalid), name
-
-
-@pytest.mark.parametrize("vocab", table_vocabularies())
-def test_sweep_cases_token_by_token(vocab: str) -> None:
-    tok, comp = load_tokenizer(vocab), load_compiler(vocab)
-    failures = table_failures(comp, tok, CASES)
-    assert not failures, failures
+test_table_agrees_with_jsonschema, test_sweep_cases_token_by_token = schema_table_tests(CASES)
 
 
 def test_not_pattern_on_a_long_string_rule() -> None:
