@@ -31,10 +31,9 @@ from _pkg import ensure_radixlm  # noqa: E402
 
 ensure_radixlm()
 
-from radixlm.grammar import compiler as compiler_mod  # noqa: E402
 from radixlm.grammar.compiler import GrammarCompiler  # noqa: E402
 from radixlm.grammar.matcher import GrammarMatcher  # noqa: E402
-from radixlm.grammar.maskbench import load_tokenizer  # noqa: E402
+from radixlm.grammar.maskbench import count_first_visits, load_tokenizer  # noqa: E402
 
 
 def default_schema() -> dict:
@@ -62,14 +61,7 @@ def main() -> None:
     tok = load_tokenizer(a.tokenizer)
     comp = GrammarCompiler(tok)
     info = comp.tokenizer_info
-    computed = [0]
-    plain = compiler_mod.CompiledGrammar._compute
-
-    def counting(self, states):
-        computed[0] += 1
-        return plain(self, states)
-
-    compiler_mod.CompiledGrammar._compute = counting
+    computed = count_first_visits()
     stops = set(info.stop_token_ids)
     gc.collect()
     gc.freeze()

@@ -17,7 +17,6 @@ import gc
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -26,10 +25,10 @@ from _pkg import ensure_radixlm  # noqa: E402
 
 ensure_radixlm()
 
-from radixlm.grammar import compiler as compiler_mod  # noqa: E402
 from radixlm.grammar.compiler import GrammarCompiler  # noqa: E402
-from radixlm.grammar.matcher import GrammarMatcher  # noqa: E402
-from radixlm.grammar.maskbench import encode_exact, load_cases, load_tokenizer  # noqa: E402
+from radixlm.grammar.maskbench import (  # noqa: E402
+    count_first_visits, encode_exact, load_cases, load_tokenizer, timed_steps,
+)
 
 
 def one_run(tok, cases: list, computed: list) -> list[tuple[float, bool, str]]:
@@ -49,14 +48,7 @@ def one_run(tok, cases: list, computed: list) -> list[tuple[float, bool, str]]:
         if type(g.engine).__name__ != "EarleyEngine":
             continue
         for ids in instances:
-            m = GrammarMatcher(g)
-            for tid in ids + [eos]:
-                before = computed[0]
-                t1 = time.thread_time()
-                m.fill_next_token_bitmask(bm, 0)
-                out.append((time.thread_time() - t1, computed[0] > before, name))
-                if not m.accept_token(tid):
-                    break
+            out += [(dt, cold, name) for dt, cold in timed_steps(g, ids, eos, bm, computed)]
     return out
 
 
@@ -70,14 +62,7 @@ def main() -> None:
     info = GrammarCompiler(tok).tokenizer_info
     cases = [(name, json.dumps(c["schema"]), [encode_exact(tok, info, json.dumps(t["data"])) for t in c["tests"]])
              for name, c in load_cases(stride=a.stride)]
-    computed = [0]
-    plain = compiler_mod.CompiledGrammar._compute
-
-    def counting(self, states):
-        computed[0] += 1
-        return plain(self, states)
-
-    compiler_mod.CompiledGrammar._compute = counting
+    computed = count_first_visits()
     gc.collect()
     gc.freeze()
     runs = [one_run(tok, cases, computed) for _ in range(a.repeat)]

@@ -29,10 +29,10 @@ from _pkg import ensure_radixlm  # noqa: E402
 
 ensure_radixlm()
 
-from radixlm.grammar import compiler as compiler_mod  # noqa: E402
 from radixlm.grammar.compiler import GrammarCompiler  # noqa: E402
-from radixlm.grammar.matcher import GrammarMatcher  # noqa: E402
-from radixlm.grammar.maskbench import encode_exact, load_cases, load_tokenizer  # noqa: E402
+from radixlm.grammar.maskbench import (  # noqa: E402
+    count_first_visits, encode_exact, load_cases, load_tokenizer, timed_steps,
+)
 
 SLOW_S = 100e-6
 
@@ -47,14 +47,7 @@ def main() -> None:
     comp = GrammarCompiler(tok)
     info = comp.tokenizer_info
     eos = info.stop_token_ids[0]
-    computed = [0]  # NOTE: CompiledGrammar._compute runs exactly when a step needs a new mask
-    plain = compiler_mod.CompiledGrammar._compute
-
-    def counting(self, states):
-        computed[0] += 1
-        return plain(self, states)
-
-    compiler_mod.CompiledGrammar._compute = counting
+    computed = count_first_visits()
     bm = torch.zeros((1, info.mask_words), dtype=torch.int32)
     gc.collect()
     gc.freeze()
@@ -69,15 +62,8 @@ def main() -> None:
         engine = type(g.engine).__name__.replace("Engine", "")
         compiles.append((time.thread_time() - t0, name, engine))
         for ids in instances:
-            m = GrammarMatcher(g)
-            for tid in ids + [eos]:
-                before = computed[0]
-                t1 = time.thread_time()
-                m.fill_next_token_bitmask(bm, 0)
-                dt = time.thread_time() - t1
-                steps.append((dt, f"{engine}:{'cold' if computed[0] > before else 'hit'}", name))
-                if not m.accept_token(tid):
-                    break
+            steps += [(dt, f"{engine}:{'cold' if cold else 'hit'}", name)
+                      for dt, cold in timed_steps(g, ids, eos, bm, computed)]
     report(steps, compiles)
     if a.out:
         with open(a.out, "wb") as f:

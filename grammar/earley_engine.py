@@ -24,7 +24,8 @@ from radixlm.grammar.ast import Node
 from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
-from radixlm.grammar.earley_walk import StackedDfas, TableWalker, TrieView, distinct
+from radixlm.grammar.earley_walk import StackedDfas, TableWalker, distinct
+from radixlm.grammar.narrow_walk import TrieView
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.narrow_walk import pack_few
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from radixlm.grammar.trie import TokenTrie
+from radixlm.grammar.narrow_walk import TrieView
 
 STEP_BUDGET = 1500  # (pair, child) steps before a walk hands over to the vectorized one
 SCAN_CHILDREN = 24  # nodes with more children are looked up by the state's live bytes instead
@@ -50,26 +50,6 @@ class StackedDfas:
                 local = term.trans[1:]
                 self.trans[1 + off : n + off] = np.where(local != 0, local + off, 0)
                 self.accept[1 + off : n + off] = term.accept[1:]
-
-
-class TrieView:
-    """Python-side views of one trie (children runs, bytes, tokens), with per-node child maps
-    built on first use. Shared by the walkers of one engine; single-writer."""
-
-    def __init__(self, trie: TokenTrie) -> None:
-        self.lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
-        self.cnt = memoryview(np.ascontiguousarray(trie.child_cnt, dtype=np.int32))
-        self.byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
-        self.token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
-        self._kids: dict[int, dict[int, int]] = {}
-
-    def kid_map(self, node: int) -> dict[int, int]:
-        """``{byte: child}`` of ``node`` (cached)."""
-        kids = self._kids.get(node)
-        if kids is None:
-            lo, byte_ = self.lo[node], self.byte
-            kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + self.cnt[node])}
-        return kids
 
 
 class TableWalker:

@@ -185,3 +185,37 @@ def run_case(compiler: GrammarCompiler, tokenizer: Any, name: str, case: dict) -
     for test in case.get("tests", []):
         res.instances.append(run_instance(compiled, tokenizer, json.dumps(test["data"]), test["valid"], bitmask))
     return res
+
+
+def count_first_visits() -> list[int]:
+    """Count, from now on in this process, the masks computed on a first visit: wraps
+    ``CompiledGrammar._compute`` (it runs exactly when a step needs a mask not yet computed) and
+    returns the one-element counter it increments. For benchmarks; the wrap is permanent."""
+    from radixlm.grammar import compiler as compiler_mod
+
+    counter = [0]
+    plain = compiler_mod.CompiledGrammar._compute
+
+    def counting(self, states):
+        counter[0] += 1
+        return plain(self, states)
+
+    compiler_mod.CompiledGrammar._compute = counting
+    return counter
+
+
+def timed_steps(compiled: Any, ids: list[int], eos: int, bitmask: torch.Tensor,
+                first_visits: list[int]) -> list[tuple[float, bool]]:
+    """Walk token ids ``ids`` then ``eos`` through a fresh matcher of ``compiled``, timing each
+    mask fill: ``(thread CPU seconds, computed on a first visit?)`` per step (``first_visits``
+    from :func:`count_first_visits`), up to the first refused token. ``bitmask``: int32
+    ``[1, mask_words]``."""
+    m, out = GrammarMatcher(compiled), []
+    for tid in ids + [eos]:
+        before = first_visits[0]
+        t0 = time.thread_time()
+        m.fill_next_token_bitmask(bitmask, 0)
+        out.append((time.thread_time() - t0, first_visits[0] > before))
+        if not m.accept_token(tid):
+            break
+    return out

@@ -19,6 +19,26 @@ STEP_BUDGET = 300  # (pair, byte) steps before the Python walk hands over to the
 SCAN_CHILDREN = 32  # nodes with up to this many children are scanned, larger ones looked up by byte
 
 
+class TrieView:
+    """Python-side views of one trie (children runs, bytes, tokens), with per-node child maps
+    built on first use. Shared by the walkers of one engine; single-writer."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        self.lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
+        self.cnt = memoryview(np.ascontiguousarray(trie.child_cnt, dtype=np.int32))
+        self.byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
+        self.token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
+        self._kids: dict[int, dict[int, int]] = {}
+
+    def kid_map(self, node: int) -> dict[int, int]:
+        """``{byte: child}`` of ``node`` (cached)."""
+        kids = self._kids.get(node)
+        if kids is None:
+            lo, byte_ = self.lo[node], self.byte
+            kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + self.cnt[node])}
+        return kids
+
+
 class NarrowWalker:
     """Python walks of one DFA (int32 ``trans [n_states, 256]``) against one trie.
 
@@ -29,26 +49,16 @@ class NarrowWalker:
         self.trans = trans
         flat = np.ascontiguousarray(trans.reshape(-1), dtype=np.int32) if trans.shape[0] < 1 << 23 else None
         self._rows = memoryview(flat) if flat is not None else None
-        self._lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
-        self._cnt = memoryview(np.ascontiguousarray(trie.child_cnt, dtype=np.int32))
-        self._byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
-        self._token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
+        self.view = TrieView(trie)
         self._live: dict[int, list[int]] = {}  # state -> its live bytes
-        self._kids: dict[int, dict[int, int]] = {}  # node -> {byte: child}
         self._diff: dict[tuple[int, int], list[int]] = {}  # (s, g) -> bytes where their rows differ
-
-    def _kid_map(self, node: int) -> dict[int, int]:
-        kids = self._kids.get(node)
-        if kids is None:
-            lo, byte_ = self._lo[node], self._byte
-            kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + self._cnt[node])}
-        return kids
 
     def delta(self, s: int, g: int, budget: int = STEP_BUDGET) -> tuple[list[int], list[int]] | None:
         """The lockstep walk of :func:`radixlm.grammar.token_delta.delta_mask` from ``(s, g)``:
         ``(tokens, live)``, the primary tokens of the nodes where the two reach different states
         and those among them live from ``s``; None past ``budget`` steps."""
-        rows, lo_, cnt_, byte_, token_ = self._rows, self._lo, self._cnt, self._byte, self._token
+        view = self.view
+        rows, lo_, cnt_, byte_, token_ = self._rows, view.lo, view.cnt, view.byte, view.token
         if rows is None:
             return None
         if len(self._diff) > 4096:
@@ -70,7 +80,7 @@ class NarrowWalker:
                     diff = self._diff[(qs, qg)] = np.flatnonzero(self.trans[qs] != self.trans[qg]).tolist()
             if diff is not None and len(diff) < cnt:
                 steps += len(diff)
-                kids = self._kid_map(node)
+                kids = view.kid_map(node)
                 cands = [(kids[b], b) for b in diff if b in kids]
             else:
                 steps += cnt
@@ -92,7 +102,8 @@ class NarrowWalker:
         """Primary token ids (``node_token``) of the trie nodes below the ``(node, state)`` pairs
         ``starts`` that stay live (the start nodes excluded; each node once when the start
         nodes are not nested); None when the walk takes more than ``budget`` steps."""
-        rows, lo_, cnt_, byte_, token_ = self._rows, self._lo, self._cnt, self._byte, self._token
+        view = self.view
+        rows, lo_, cnt_, byte_, token_ = self._rows, view.lo, view.cnt, view.byte, view.token
         if rows is None:
             return None
         out: list[int] = []
@@ -117,9 +128,7 @@ class NarrowWalker:
                             out.append(token_[c])
             else:
                 steps += len(live)
-                kids = self._kids.get(node)
-                if kids is None:
-                    kids = self._kids[node] = {byte_[c]: c for c in range(lo, lo + cnt)}
+                kids = view.kid_map(node)
                 for b in live:
                     c = kids.get(b)
                     if c is not None:

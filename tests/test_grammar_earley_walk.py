@@ -10,7 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from radixlm.grammar.earley_walk import TableWalker, TrieView
+from radixlm.grammar.earley_walk import TableWalker
+from radixlm.grammar.narrow_walk import TrieView
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import walk_from
 
