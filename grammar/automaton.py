@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.ast import Node
 from radixlm.grammar.byte_dfa import ByteDFA, trim as _trim  # noqa: F401 (re-exported)
 from radixlm.grammar.determinize import MAX_DFA_STATES, determinize as _determinize  # noqa: F401
-from radixlm.grammar.regex_parser import MAX_CP, parse_regex, strip_anchors
+from radixlm.grammar.regex_parser import MAX_CP, has_lookaround, parse_regex, strip_anchors
 from radixlm.grammar.utf8 import utf8_sequences
 
 MAX_NFA_STATES = 400_000
@@ -245,12 +246,32 @@ def regex_to_dfa(pattern: str, search: bool = False) -> ByteDFA:
     return dfa_from_ast(regex_ast(pattern, search))
 
 
-def regex_ast(pattern: str, search: bool = False) -> Node:
-    """Anchor-free AST of ``pattern`` with the given match semantics (see :func:`regex_to_dfa`)."""
+def regex_ast(pattern: str, search: bool = False, encode: "Callable[[Node], Node] | None" = None,
+              lookaround: bool = True) -> Node:
+    """Anchor-free AST of ``pattern`` with the given match semantics (see :func:`regex_to_dfa`).
+
+    ``encode``: applied to the code-point AST (e.g. JSON string escapes); the result is encoded.
+    A pattern with lookarounds, ``\\b`` / ``\\B`` or anchors inside becomes one ``("dfa", d)``
+    node built by :mod:`radixlm.grammar.regex_lookaround` (exact); ``lookaround=False`` (lark
+    terminals, whose lookarounds would see past the terminal) raises GrammarError for them.
+    """
+    tree = parse_regex(pattern)
+    try:
+        if has_lookaround(tree):
+            raise _Assertions
+        parts = strip_anchors(tree)
+    except (_Assertions, GrammarError):
+        if not lookaround:
+            if has_lookaround(tree):
+                raise GrammarError("unsupported regex feature: lookaround or \\b in a grammar terminal") from None
+            raise
+        from radixlm.grammar.regex_lookaround import lookaround_dfa
+
+        return ("dfa", lookaround_dfa(tree, search, encode))
     # NOTE: alternatives anchored alike share one unanchored prefix / suffix: one copy of each per
     # alternative would make the DFA track which alternatives matched (2^n states for n of them)
     groups: dict[tuple[bool, bool], list[Node]] = {}
-    for body, a_start, a_end in strip_anchors(parse_regex(pattern)):
+    for body, a_start, a_end in parts:
         groups.setdefault((a_start or not search, a_end or not search), []).append(body)
     alts = []
     for (a_start, a_end), bodies in groups.items():
@@ -260,4 +281,9 @@ def regex_ast(pattern: str, search: bool = False) -> Node:
         if not a_end:
             items.append(ANY)
         alts.append(("cat", tuple(items)) if len(items) > 1 else items[0])
-    return alts[0] if len(alts) == 1 else ("alt", tuple(alts))
+    out = alts[0] if len(alts) == 1 else ("alt", tuple(alts))
+    return encode(out) if encode is not None else out
+
+
+class _Assertions(Exception):
+    """A pattern with assertions inside (lookaround, word boundary, inner anchors)."""

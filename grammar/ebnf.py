@@ -50,7 +50,7 @@ def lark_to_rules(grammar: str, root: str = "root") -> tuple[Node, dict[str, Nod
     terms: dict[str, Node] = {}
     for t in parser.terminals:
         try:
-            terms[t.name] = regex_ast(_terminal_regex(t.pattern.to_regexp()))
+            terms[t.name] = regex_ast(_terminal_regex(t.pattern.to_regexp()), lookaround=False)
         except GrammarError as e:
             raise GrammarError(f"terminal {t.name}: {e}") from None
     ign_nodes = [terms[n] for n in parser.ignore_tokens if n in terms]

@@ -127,7 +127,7 @@ def counted_string(lo: int, hi: int | None) -> ByteDFA:
 
 def content_dfa(pattern: str, search: bool) -> ByteDFA:
     """The JSON strings (with quotes, every encoding) whose decoded text matches ``pattern``."""
-    return dfa_from_ast(cat(QUOTE, encode_content(regex_ast(pattern, search)), QUOTE))
+    return dfa_from_ast(cat(QUOTE, regex_ast(pattern, search, encode=encode_content), QUOTE))
 
 
 def format_dfa(name: str) -> ByteDFA:

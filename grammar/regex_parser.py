@@ -5,12 +5,17 @@ negation, ``. \\d \\D \\w \\W \\s \\S``, Unicode general categories (``\\p{L} \\
 \\p{Letter}``), groups ``( ) (?: ) (?P<n> ) (?<n> )``, alternation,
 ``* + ? {n} {n,} {n,m} {,m}`` (lazy ``?`` suffixes are accepted and ignored: a constraint is about
 the language, not the match), a leading ``(?i)`` / ``(?s)``, and ``^`` / ``$`` at the ends of the
-pattern or of its top-level alternatives. Anything else (lookaround, backreferences, ``\\b``,
-possessive quantifiers) raises :class:`GrammarError` naming it.
+pattern or of its top-level alternatives (elsewhere they are assertions, like lookarounds).
+Lookahead ``(?= ) (?! )``, lookbehind ``(?<= ) (?<! )`` and ``\\b`` / ``\\B`` (ASCII word
+characters, as ECMA-262 without the ``u`` flag) parse into assertion nodes, compiled exactly by
+:mod:`radixlm.grammar.regex_lookaround`. Anything else (backreferences, possessive quantifiers,
+``\\A \\Z \\G``) raises :class:`GrammarError` naming it.
 
 AST nodes are tuples: ``("set", ranges)`` with ranges a sorted tuple of disjoint inclusive
 ``(lo, hi)`` code-point pairs, ``("cat", items)``, ``("alt", items)``, ``("rep", node, min, max)``
-(max None: unbounded), ``("bol",)``, ``("eol",)``.
+(max None: unbounded), ``("bol",)``, ``("eol",)``; assertions ``("look", ahead, negative, node)``
+(``ahead``: lookahead, else lookbehind) and ``("wordb", negative)`` (``\\b``; ``\\B`` when
+negative).
 """
 
 from __future__ import annotations
@@ -205,6 +210,8 @@ class _Parser:
         if c == "$":
             return ("eol",)
         if c == "\\":
+            if self.peek() in ("b", "B"):
+                return ("wordb", self.take() == "B")
             return self.charset(self.escape(in_class=False))
         if c in "*+?":
             raise GrammarError(f"invalid regex {self.s!r}: nothing to repeat at offset {self.i - 1}")
@@ -225,7 +232,12 @@ class _Parser:
                     raise GrammarError(f"invalid regex {self.s!r}: unterminated group name")
                 self.i = j + 1
             elif c in "=!" or c == "<":
-                raise self.error("lookaround")
+                ahead = c != "<"
+                neg = (c if ahead else self.take()) == "!"
+                body = self.alt()
+                if self.take() != ")":
+                    raise GrammarError(f"invalid regex {self.s!r}: missing ')'")
+                return ("look", ahead, neg, body)
             elif c == "P" and self.peek() == "=":
                 raise self.error("backreference")
             elif c in "imsx-":
@@ -357,6 +369,21 @@ def strip_anchors(node: Node) -> list[tuple[Node, bool, bool]]:
             raise GrammarError("unsupported regex feature: '^' or '$' inside the pattern")
         out.append((body, start, end))
     return out
+
+
+ASSERTIONS = frozenset({"look", "wordb", "bol", "eol"})
+
+
+def has_lookaround(node: Node) -> bool:
+    """Whether ``node`` holds a lookaround or ``\\b`` / ``\\B`` assertion (anchors not counted)."""
+    kind = node[0]
+    if kind in ("look", "wordb"):
+        return True
+    if kind in ("cat", "alt"):
+        return any(has_lookaround(n) for n in node[1])
+    if kind == "rep":
+        return has_lookaround(node[1])
+    return False
 
 
 def _has_anchor(node: Node) -> bool:
