@@ -4,6 +4,9 @@ N concurrent ``/generate`` requests per mode — free (``ignore_eos``), ``json_s
 ``ebnf`` — with the same prompts and ``max_new_tokens``; prints output tok/s per mode, the ratio to
 free decoding measured in the same run, mean output length, and the share of constrained outputs
 that validate (``jsonschema`` / ``re.fullmatch``; of all outputs, and of those the grammar ended).
+After each constrained mode, free decoding runs again on its prompts with each request capped at
+the length the grammar produced, the like-for-like baseline (``--no-matched`` skips it); the
+prefix cache is flushed before every timed run.
 
     # CPU, default model (SmolLM2-135M-Instruct):
     .venv/bin/python benchmarks/bench_constrained.py --num-prompts 16 --max-new-tokens 48
@@ -72,11 +75,15 @@ def validate(mode: str, text: str) -> bool:
     return True
 
 
-def run_mode(url: str, mode: str, n: int, max_new: int, timeout: float, first: int = 0) -> dict:
-    """``n`` concurrent requests of ``mode`` with prompts ``first .. first + n - 1``."""
+def run_mode(url: str, mode: str, n: int, max_new: int, timeout: float, first: int = 0,
+             lengths: list[int] | None = None) -> dict:
+    """``n`` concurrent requests of ``mode`` with prompts ``first .. first + n - 1``; with
+    ``lengths``, request ``first + k`` gets ``max_new_tokens = lengths[k]`` instead of ``max_new``
+    (free decoding at the lengths a constrained mode produced)."""
 
     def one(i: int) -> dict:
-        sp = {"max_new_tokens": max_new, "temperature": 0, **MODES[mode]}
+        limit = max_new if lengths is None else max(1, lengths[i - first])
+        sp = {"max_new_tokens": limit, "temperature": 0, **MODES[mode]}
         t = time.perf_counter()
         r = requests.post(url + "/generate", json={"text": PROMPT.format(i=i), "sampling_params": sp}, timeout=timeout)
         if r.status_code != 200:
@@ -98,27 +105,43 @@ def run_mode(url: str, mode: str, n: int, max_new: int, timeout: float, first: i
     return {"mode": mode, "seconds": dt, "tokens": tokens, "tok_s": tokens / dt, "mean_len": tokens / n,
             "req_tok_s": rates[len(rates) // 2],
             "valid": valid, "ended": len(ended), "valid_ended": valid_ended, "aborted": len(aborted), "n": n,
-            "sample": outs[0]["text"][:80]}
+            "sample": outs[0]["text"][:80], "lengths": [o["meta_info"]["completion_tokens"] for o in outs]}
+
+
+def flush(url: str) -> None:
+    """Empty the server's prefix cache (``/flush_cache``), so a timed run's prompts are not cached
+    by the run before it."""
+    r = requests.post(url + "/flush_cache", timeout=60)
+    if r.status_code != 200:
+        print(f"# /flush_cache: HTTP {r.status_code}", file=sys.stderr)
 
 
 def report(rows: list[dict], header: str) -> str:
-    """Markdown table; each row's ratios are to the free mode of its own pass.
+    """Markdown table; each row's ratios are to the free mode of its own pass, and (when measured)
+    to free decoding at the same prompts and output lengths.
 
     "output tok/s" is all output tokens over the mode's wall time: a mode whose outputs end early
     (a grammar that completes) scores lower even at equal step speed, since the batch's longest
-    request sets the wall time. "per-request tok/s" is the median over requests of each one's
-    tokens over its own latency (TTFT included): the decode speed each request saw."""
+    request sets the wall time and prefill weighs more in a short run. "per-request tok/s" is the
+    median over requests of each one's tokens over its own latency (TTFT included): the decode
+    speed each request saw. "same lengths" compares with free decoding run right after on the
+    same prompts, each request capped at the output length the constrained mode produced for it
+    (``ignore_eos``): equal work but for the grammar."""
     free = {r.get("pass", 1): r for r in rows if r["mode"] == "free"}
     lines = [header, "", "| pass | mode | output tok/s | ratio to free | per-request tok/s (median) | ratio to free "
-             "| mean output tokens | valid (all) | valid (ended) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| same lengths: free tok/s | ratio | per-request ratio | mean output tokens | valid (all) "
+             "| valid (ended) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = free.get(r.get("pass", 1))
         ratio = f"{r['tok_s'] / base['tok_s']:.2f}x" if base else "-"
         req_ratio = f"{r['req_tok_s'] / base['req_tok_s']:.2f}x" if base else "-"
+        m = r.get("matched")
+        same = (f"{m['tok_s']:.1f} | {r['tok_s'] / m['tok_s']:.2f}x | {r['req_tok_s'] / m['req_tok_s']:.2f}x"
+                if m else "- | - | -")
         valid = "-" if r["mode"] == "free" else f"{r['valid']}/{r['n']}"
         ended = "-" if r["mode"] == "free" else f"{r['valid_ended']}/{r['ended']}"
         lines.append(f"| {r.get('pass', 1)} | {r['mode']} | {r['tok_s']:.1f} | {ratio} | {r['req_tok_s']:.1f} | "
-                     f"{req_ratio} | {r['mean_len']:.1f} | {valid} | {ended} |")
+                     f"{req_ratio} | {same} | {r['mean_len']:.1f} | {valid} | {ended} |")
     return "\n".join(lines)
 
 
@@ -164,6 +187,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--output-file", default=None, help="append the markdown table here")
+    p.add_argument("--no-matched", dest="matched", action="store_false",
+                   help="skip the free run at each constrained mode's output lengths")
     a = p.parse_args(argv)
     if a.write_config:
         from benchmarks.bench_offline import write_config  # noqa: PLC0415
@@ -185,9 +210,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             run_mode(url, m, a.num_prompts, min(16, a.max_new_tokens), a.timeout)
         rows = []
         for k in range(a.passes):
+            first = (k + 1) * a.num_prompts
             for m in modes:
-                rows.append({**run_mode(url, m, a.num_prompts, a.max_new_tokens, a.timeout,
-                                        first=(k + 1) * a.num_prompts), "pass": k + 1})
+                flush(url)  # NOTE: every timed run starts without cached prompts (same footing)
+                row = {**run_mode(url, m, a.num_prompts, a.max_new_tokens, a.timeout, first=first), "pass": k + 1}
+                if m != "free" and a.matched:
+                    flush(url)
+                    row["matched"] = run_mode(url, "free", a.num_prompts, a.max_new_tokens, a.timeout,
+                                              first=first, lengths=row["lengths"])
+                rows.append(row)
     finally:
         if server is not None:
             server.stop()
