@@ -52,6 +52,7 @@ NW: Node = ("set", negate(WORD))
 _CACHE: "OrderedDict[tuple, ByteDFA]" = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 CACHE_SIZE = 256
+MINIMIZE_MAX = 4000  # NOTE: Moore refinement of a long counting chain costs n states per round
 
 
 def _identity(node: Node) -> Node:
@@ -89,7 +90,9 @@ def lookaround_dfa(tree: Node, search: bool, encode: Encode | None = None) -> By
             items, end = items[:-1], True
         whole.append(cat(*([] if start else [ANY]), *items, *([] if end else [ANY])) if items or not (start and end) else EMPTY)
     with compile_budget():
-        out = minimize(_Level(encode or _identity).solve(alt(*whole), frozenset()))
+        out = _Level(encode or _identity).solve(alt(*whole), frozenset())
+        if out.n_states <= MINIMIZE_MAX:
+            out = minimize(out)
     with _CACHE_LOCK:
         _CACHE[key] = out
         while len(_CACHE) > CACHE_SIZE:
