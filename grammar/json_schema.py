@@ -109,6 +109,9 @@ class SchemaConverter(ContainerMixin, NotMixin):
         if not isinstance(schema, dict):
             raise GrammarError(f"a schema must be an object or a boolean, got {type(schema).__name__}")
         check_budget("converting the schema")
+        key = self.merged_key(schema)
+        if key is not None:  # NOTE: a $ref with siblings: converted once per distinct siblings
+            return self.shared(key, lambda: self.normalize(schema))
         schema = self.normalize(schema)
         if not isinstance(schema, dict):
             return self.node(schema)
@@ -147,6 +150,12 @@ class SchemaConverter(ContainerMixin, NotMixin):
     def ref(self, ref: str) -> Node:
         """The node of a ``$ref`` target: converted once (a DAG, not a tree, when shared);
         recursive targets (and, in a grammar, large ones) become rules."""
+        return self.shared(ref, lambda: resolve_pointer(self.root, ref))
+
+    def shared(self, ref: str, target: Any) -> Node:
+        """The node of the schema ``target()`` under the name ``ref`` (a ``$ref``, or a ``$ref``
+        merged with sibling keywords, see ``merged_key``): converted once per name; met again
+        while it is being converted, a rule (grammar mode) or a retry as a grammar."""
         got = self.done.get(ref)
         if got is not None:
             return got
@@ -157,7 +166,7 @@ class SchemaConverter(ContainerMixin, NotMixin):
             return ("ref", ref)
         self.stack.append(ref)
         try:
-            out = self.node(resolve_pointer(self.root, ref))
+            out = self.node(target())
         finally:
             self.stack.pop()
         if ref in self.recursive or (self.grammar_mode and self.walk.size(out) > RULE_SIZE):
@@ -228,7 +237,9 @@ class SchemaConverter(ContainerMixin, NotMixin):
             rest["x-any"] = pending[1:]
         plain = not any(k not in ANNOTATIONS for k in rest)
         merged = []
+        keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
         for b in branches:
+            keys.append(None)
             if isinstance(b, dict) and "$ref" in b and (plain or b["$ref"] in self.stack):
                 if not plain:
                     raise GrammarError(f"unsupported: {kind} with a recursive $ref and sibling keywords")
@@ -237,6 +248,10 @@ class SchemaConverter(ContainerMixin, NotMixin):
             if isinstance(b, dict):
                 b = self.normalize(b)
                 if isinstance(b, dict) and "$ref" in b and not plain:
+                    # NOTE: the same target with the same siblings is converted once (a schema
+                    # whose definitions combine each other this way grows exponentially inlined;
+                    # one that comes back to itself never ends)
+                    keys[-1] = self.merged_key({"$ref": b["$ref"], **rest}, bool(schema.get("x-any-first")))
                     b = resolve_pointer(self.root, b["$ref"])
             merged.append(b if plain else merge(b, rest) if schema.get("x-any-first") else merge(rest, b))
         if kind == "oneOf":
@@ -247,7 +262,21 @@ class SchemaConverter(ContainerMixin, NotMixin):
             if overlap:
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
                                             self._disjoint, self._negated)
-        return alt(*(self.node(b) for b in merged))
+                keys = [None] * len(merged)
+        return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b) for b, k in zip(merged, keys)))
+
+    def merged_key(self, schema: dict, first: bool = False) -> str | None:
+        """The memo name of a ``$ref`` with sibling assertions (None for anything else): the
+        target and the siblings, in canonical JSON (``first``: the target's properties first)."""
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or all(k in ANNOTATIONS for k in schema if k != "$ref"):
+            return None
+        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+        try:
+            text = json.dumps(rest, sort_keys=True)
+        except (TypeError, ValueError):
+            return None
+        return f"{ref}&{int(first)}{text}"
 
     def _disjoint(self, a: Any, b: Any) -> bool:
         return disjoint(a, b, self.root, self._string_dfa)
