@@ -62,6 +62,7 @@ class GrammarBackend:
         self._compiler = None
         self._cache: dict[tuple[str, str], Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
+        self.mask_seconds = 0.0  # host time in mask_logits so far (traced per turn, RADIXLM_TRACE_DIR)
 
     def _get_compiler(self):
         """The grammar backend (built on first use; thread-safe enough: built once by a worker)."""
@@ -130,14 +131,15 @@ class GrammarBackend:
             return
         from radixlm.grammar import apply_token_bitmask_inplace
 
+        t0 = time.perf_counter()
         backend = self._get_compiler()
         bitmask = self._buffer(len(matchers), backend.words, logits.device)
         backend.fill_batch(matchers, bitmask)  # NOTE: host work first, then device gathers
         if rows == list(range(logits.shape[0])):
             apply_token_bitmask_inplace(logits, bitmask)
-            return
-        index = to_device(rows, logits.device)
-        apply_token_bitmask_inplace(logits, bitmask, index)
+        else:
+            apply_token_bitmask_inplace(logits, bitmask, to_device(rows, logits.device))
+        self.mask_seconds += time.perf_counter() - t0
 
     def _buffer(self, n: int, words: int, device: torch.device) -> torch.Tensor:
         buf = self._bitmask

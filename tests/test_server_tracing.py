@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+import requests
+
 from radixlm.runtime.server.testing import ServerProcess
 from radixlm.runtime.tiny_model import tiny_model_path
 
@@ -31,6 +33,8 @@ def test_trace_files_and_tail_analysis(tmp_path):
         summary = _module("bench_serving").main(
             ["--base-url", srv.url, "--num-prompts", "4", "--random-input-len", "16", "--random-output-len", "12",
              "--random-range-ratio", "1", "--chunk-log", str(chunks)])
+        constrained = requests.post(srv.url + "/generate", timeout=120, json={
+            "text": "Digits:", "sampling_params": {"regex": "[0-9]{6}", "max_new_tokens": 12}}).json()
     finally:
         assert srv.stop() == 0
     assert summary["completed"] == 4
@@ -46,6 +50,10 @@ def test_trace_files_and_tail_analysis(tmp_path):
     # NOTE: one clock: every chunk reached the client after the HTTP process applied some step
     first_batch = min(e["t"] for e in batches)
     assert all(first_batch <= r["t"][0] for r in rows)
+    # NOTE: the turn events carry the grammar mask time; the constrained request's steps add to it
+    assert turns[0]["mask_s"] == 0.0 and turns[-1]["mask_s"] > 0.0 and len(constrained["text"]) == 6
+    table = _module("turn_stats").summarize(turns, idle=0.5, slow_mask_ms=2.0)
+    assert len(table) >= 3 and table[2].startswith("| 0 | ")
     result = _module("itl_tail").main(["--chunks", str(chunks), "--trace-dir", str(trace_dir), "--factor", "1"])
     kinds = sum(v for k, v in result.items() if k in ("scheduler", "http", "detokenizer", "client"))
     assert kinds == result["tail"] > 0  # every gap over the median got a stage

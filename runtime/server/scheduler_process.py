@@ -189,7 +189,8 @@ class SchedulerServer:
         if self._trace is not None:  # NOTE: one event per turn (RADIXLM_TRACE_DIR)
             st = self.scheduler.stats
             self._trace.mark("turn", n=len(reqs), prefill=st.prompt_tokens - st.cached_tokens,
-                             running=len(self.scheduler.running))
+                             running=len(self.scheduler.running), mask_s=self.scheduler.grammar.mask_seconds,
+                             jumps=getattr(self.scheduler, "jump_steps", 0))
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())

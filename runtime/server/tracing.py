@@ -10,7 +10,9 @@ shutdown, or interpreter exit). Each line is ``{"t": seconds, "ev": kind, ...fie
 
 Events recorded by every traced process: ``gc`` (a garbage collection: ``gen``, ``dur`` seconds,
 ``collected``). The scheduler adds ``turn`` (one output message: ``n`` requests touched,
-``prefill`` prompt tokens prefilled so far, ``running``), the detokenizer ``detok`` (``dur``
+``prefill`` prompt tokens prefilled so far, ``running``, and the running totals ``mask_s``, host
+seconds spent filling grammar masks, and ``jumps``, overlapped steps that carried jump-forward
+rows; ``benchmarks/turn_stats.py`` summarizes them), the detokenizer ``detok`` (``dur``
 seconds of one batch), the tokenizer manager ``batch`` (one step's outputs applied: ``n``) and
 ``lag`` (the event loop woke ``late`` seconds after its 2 ms timer, logged when over 5 ms).
 Off (no cost beyond one environment lookup) when the variable is unset.
