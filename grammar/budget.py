@@ -22,12 +22,15 @@ from __future__ import annotations
 import contextvars
 import gc
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from radixlm.grammar.errors import GrammarError
+
+T = TypeVar("T")
 
 # NOTE: ~2 s of compile work on an idle core (the goal: no compile over 5 s); RADIXLM_GRAMMAR_WORK
 # overrides it. The CPU-time backstop is generous: it catches work the counters do not see.
@@ -132,3 +135,42 @@ def budget_spent() -> int:
     """Work units counted so far by the enclosing budget (0 outside one)."""
     got = _current.get()
     return 0 if got is None else got.spent
+
+
+DEEP_STACK_BYTES = 512 << 20  # the stack of a deep compile's thread ...
+DEEP_RECURSION = 30_000  # ... and its Python recursion limit (~15x the default)
+_deep_lock = threading.Lock()
+
+
+def deep_stack(fn: "Callable[[], T]") -> "T":
+    """Run ``fn()`` in a thread with a ``DEEP_STACK_BYTES`` stack and the recursion limit raised
+    to ``DEEP_RECURSION`` (restored after; one such run at a time), returning its result or
+    raising its exception here. For compiles that recurse once per nesting level of a deep but
+    finite schema. The limit is interpreter-wide: while it is raised, other threads may recurse
+    deeper than usual too."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out.append((False, e))
+
+    with _deep_lock:
+        old_limit = sys.getrecursionlimit()
+        old_size = threading.stack_size()
+        sys.setrecursionlimit(max(old_limit, DEEP_RECURSION))
+        try:
+            threading.stack_size(DEEP_STACK_BYTES)
+            try:
+                worker = threading.Thread(target=run, name="radixlm-deep-compile", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(old_size)
+            worker.join()
+        finally:
+            sys.setrecursionlimit(old_limit)
+    ok, value = out[0]
+    if ok:
+        return value
+    raise value

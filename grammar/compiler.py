@@ -13,7 +13,7 @@ import torch
 from radixlm.grammar import budget
 from radixlm.grammar.ast import alt, lit
 from radixlm.grammar.automaton import dfa_from_ast, regex_ast
-from radixlm.grammar.budget import budget_share, compile_budget, paused_gc
+from radixlm.grammar.budget import budget_share, compile_budget, deep_stack, paused_gc
 from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_orders import SORTED_ORDERS
@@ -154,6 +154,16 @@ class GrammarCompiler:
             except RecursionError:  # NOTE: a grammar nested past Python's stack, in any pass
                 raise GrammarError("schema nesting too deep") from None
 
+        def build_deep() -> CompiledGrammar:
+            try:
+                return build()
+            except GrammarError as e:
+                if str(e) != "schema nesting too deep":
+                    raise
+            # NOTE: deeply nested (not infinite) schemas convert recursively: once more where a
+            # deeper stack is allowed (a bounded one: a cycle still ends as this error)
+            return deep_stack(build)
+
         def build_once() -> CompiledGrammar:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
                 try:
@@ -177,7 +187,7 @@ class GrammarCompiler:
                 engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
                 return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
 
-        return self._cached(("json_schema", text, any_whitespace), build)
+        return self._cached(("json_schema", text, any_whitespace), build_deep)
 
     def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
         """A grammar in lark syntax; ``root`` names the start rule.

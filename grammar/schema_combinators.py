@@ -1,0 +1,97 @@
+"""JSON Schema ``anyOf`` / ``oneOf`` -> regex AST (a mixin of the schema converter)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from radixlm.grammar.ast import Node, alt
+from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.json_scalars import string_node
+from radixlm.grammar.schema_checks import disjoint
+from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
+from radixlm.grammar.schema_oneof import exclusive_branches
+
+
+class CombinatorMixin:
+    """``combinator`` (``anyOf`` / ``oneOf`` / pending ``x-any``) and ``merged_key`` of
+    :class:`radixlm.grammar.json_schema.SchemaConverter`."""
+
+    root: Any
+    stack: list[str]
+
+    def combinator(self, schema: dict) -> Node:
+        """The first pending ``anyOf`` / ``oneOf`` of ``schema``, each branch merged with the
+        other keywords (a ``$ref`` branch with siblings converted once per name, see
+        ``merged_key``); overlapping ``oneOf`` branches narrowed until exclusive."""
+        rest = dict(schema)
+        pending = list(rest.pop("x-any", []))
+        for key in ("anyOf", "oneOf"):
+            if key in rest:
+                pending.insert(0, (key, rest.pop(key)))
+        kind, branches = pending[0]
+        if pending[1:]:
+            rest["x-any"] = pending[1:]
+        plain = not any(k not in ANNOTATIONS for k in rest)
+        merged = []
+        keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
+        for b in branches:
+            keys.append(None)
+            if isinstance(b, dict) and "$ref" in b and (plain or b["$ref"] in self.stack):
+                if not plain:
+                    raise GrammarError(f"unsupported: {kind} with a recursive $ref and sibling keywords")
+                merged.append(b)
+                continue
+            if isinstance(b, dict):
+                b = self.normalize(b)
+                if isinstance(b, dict) and "$ref" in b and not plain:
+                    # NOTE: the same target with the same siblings is converted once (a schema
+                    # whose definitions combine each other this way grows exponentially inlined;
+                    # one that comes back to itself never ends)
+                    keys[-1] = self.merged_key({"$ref": b["$ref"], **rest}, bool(schema.get("x-any-first")))
+                    b = resolve_pointer(self.root, b["$ref"])
+            merged.append(b if plain else merge(b, rest) if schema.get("x-any-first") else merge(rest, b))
+        if kind == "oneOf":
+            norm = [self.normalize(b) if isinstance(b, dict) and "$ref" not in b else b for b in merged]
+            resolved = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b for b in norm]
+            overlap = any(not self._disjoint(resolved[i], resolved[j])
+                          for i, j in itertools.combinations(range(len(resolved)), 2))
+            if overlap:
+                merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
+                                            self._disjoint, self._negated)
+                keys = [None] * len(merged)
+        return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b) for b, k in zip(merged, keys)))
+
+    def merged_key(self, schema: dict, first: bool = False) -> str | None:
+        """The memo name of a ``$ref`` with sibling assertions (None for anything else): the
+        target and the siblings, in canonical JSON (``first``: the target's properties first)."""
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or all(k in ANNOTATIONS for k in schema if k != "$ref"):
+            return None
+        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+        try:
+            text = json.dumps(rest, sort_keys=True)
+        except (TypeError, ValueError):
+            return None
+        return f"{ref}&{int(first)}{text}"
+
+    def _disjoint(self, a: Any, b: Any) -> bool:
+        return disjoint(a, b, self.root, self._string_dfa)
+
+    def _negated(self, schema: Any) -> Any:
+        try:
+            return self.fold_nots({"not": schema})
+        except GrammarError:
+            return None
+
+    def _negatable(self, cond: Any) -> bool:
+        try:
+            self.fold_nots({"not": cond})
+            return True
+        except GrammarError:
+            return False
+
+    def _string_dfa(self, s: dict) -> Any:
+        return dfa_from_ast(string_node(s, s.get("x-all", {})))
