@@ -163,6 +163,36 @@ def test_client_disconnect_frees_kv(server):
     assert st["generated_tokens"] < 3000 * 2
 
 
+def _wait_idle(server, seconds: float = 15) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        st = info(server)
+        if st["num_running"] == 0 and st["kv_used_tokens"] == 0:
+            return st
+        time.sleep(0.2)
+    pytest.fail(f"request still holds KV after disconnect: {st}")
+
+
+def test_non_streaming_client_disconnect_aborts(server):
+    """A non-streaming request has no stream write to fail: the server's disconnect watcher must
+    notice the closed connection and abort the request."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(server.url)
+    before = info(server)["generated_tokens"]
+    body = json.dumps({"text": "disconnect quietly", "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}})
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall((f"POST /generate HTTP/1.1\r\nHost: {url.hostname}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+        deadline = time.monotonic() + 30
+        while info(server)["num_running"] == 0:
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.05)
+    st = _wait_idle(server)
+    assert st["generated_tokens"] - before < 3000  # NOTE: aborted, not run to its end
+
+
 def test_flush_cache(server):
     prompt = "flush the cache please, flush it now"
     gen(server, text=prompt, sampling_params=GREEDY)
