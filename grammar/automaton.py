@@ -222,6 +222,7 @@ def dfa_from_ast(node: Node, memo: bool = True) -> ByteDFA:
         return got
     nfa = _NFA()
     s, e = nfa.build(node)
+    check_budget("building an automaton", len(nfa.eps) & 4095)  # NOTE: the states not counted yet
     out = _determinize(nfa, s, e)
     if node_key is not None and out.n_states <= MEMO_STATES // 8:
         with _MEMO_LOCK:

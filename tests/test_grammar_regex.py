@@ -158,7 +158,7 @@ def test_work_budget_is_deterministic_and_clean() -> None:
     errors = []
     for _ in range(2):
         automaton._MEMO.clear()  # NOTE: a memoized automaton costs no work
-        with pytest.raises(GrammarError) as e, compile_budget(units=2000, seconds=60):
+        with pytest.raises(GrammarError) as e, compile_budget(units=100, seconds=60):
             regex_to_dfa(pattern)
         errors.append(str(e.value))
     assert errors[0] == errors[1] and "work units" in errors[0] and "automaton" in errors[0]
@@ -166,7 +166,7 @@ def test_work_budget_is_deterministic_and_clean() -> None:
     with compile_budget(units=10**7, seconds=60):
         with compile_budget(units=1):  # nested: the outer budget holds
             dfa = regex_to_dfa(pattern)
-        assert budget_spent() > 2000
+        assert budget_spent() > 100
     assert dfa.matches("ab@cd.org") and not dfa.matches("ab@c.org")
     check_budget("outside any budget", 10**9)  # a no-op
 
