@@ -20,6 +20,7 @@ Without an enclosing budget the checks are no-ops, so the automaton code stays u
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import gc
 import os
 import sys
@@ -147,16 +148,26 @@ def deep_stack(fn: "Callable[[], T]") -> "T":
     to ``DEEP_RECURSION`` (restored after; one such run at a time), returning its result or
     raising its exception here. For compiles that recurse once per nesting level of a deep but
     finite schema. The limit is interpreter-wide: while it is raised, other threads may recurse
-    deeper than usual too."""
+    deeper than usual too.
+
+    The worker runs under the caller's profile hook (the serving path's duty-cycle hook, see
+    ``runtime/deadline.py``), and an asynchronous exception raised in the caller while it waits
+    (a compile deadline) is raised in the worker too, so a deep compile is throttled and stopped
+    like any other."""
     out: list = []
+    hook = sys.getprofile()
 
     def run() -> None:
+        if hook is not None:
+            sys.setprofile(hook)
         try:
             out.append((True, fn()))
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             out.append((False, e))
 
-    with _deep_lock:
+    while not _deep_lock.acquire(timeout=0.01):  # NOTE: a Python loop: interruptible, unlike one wait
+        pass
+    try:
         old_limit = sys.getrecursionlimit()
         old_size = threading.stack_size()
         sys.setrecursionlimit(max(old_limit, DEEP_RECURSION))
@@ -167,10 +178,24 @@ def deep_stack(fn: "Callable[[], T]") -> "T":
                 worker.start()
             finally:
                 threading.stack_size(old_size)
-            worker.join()
+            _join_forwarding(worker)
         finally:
             sys.setrecursionlimit(old_limit)
+    finally:
+        _deep_lock.release()
     ok, value = out[0]
     if ok:
         return value
     raise value
+
+
+def _join_forwarding(worker: threading.Thread) -> None:
+    """Wait for ``worker``; an exception raised in this thread meanwhile (an asynchronous one: a
+    deadline) is raised in ``worker`` as well, which is then waited for before it propagates."""
+    try:
+        while worker.is_alive():
+            worker.join(0.01)
+    except BaseException as e:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(type(e)))
+        worker.join()
+        raise

@@ -126,3 +126,38 @@ def test_cyclic_siblings_without_a_rule_stay_a_clean_error() -> None:
         comp.compile_json_schema(schema)
     except GrammarError:
         pass
+
+
+def test_deep_stack_compile_is_throttled_and_stopped_like_any_compile() -> None:
+    """``budget.deep_stack`` (the retry of a deeply nested schema) runs under its caller's profile
+    hook (the serving path's duty cycle) and stops when its caller's compile deadline expires,
+    instead of running on unthrottled in a thread of its own."""
+    import sys
+    import threading
+
+    from radixlm.grammar.budget import deep_stack
+    from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
+
+    def hook(frame, event, arg) -> None:  # noqa: ARG001
+        pass
+
+    sys.setprofile(hook)
+    try:
+        assert deep_stack(sys.getprofile) is hook
+    finally:
+        sys.setprofile(None)
+    spins, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            spins[0] += 1
+
+    fut = submit_with_deadline(lambda: deep_stack(spin), 0.3)
+    try:
+        with pytest.raises(DeadlineExceeded):
+            fut.result(timeout=10)
+        seen = spins[0]
+        time.sleep(0.2)
+        assert spins[0] == seen  # NOTE: the worker stopped too
+    finally:
+        stop.set()
