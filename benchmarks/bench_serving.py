@@ -133,13 +133,75 @@ async def _get_json(session, url: str, headers: dict) -> dict | None:
         return None
 
 
-async def run(args) -> dict:
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    timeout = aiohttp.ClientTimeout(total=args.timeout)
+async def _drive(base_url: str, jobs: list[tuple[list[int], int, float]], backend: str, headers: dict, model: str,
+                 timeout: float, concurrency: int, start=None) -> tuple[list[Result], float, float, float]:
+    """Send ``jobs`` (prompt ids, output length, arrival offset in seconds) from one event loop;
+    returns the results, the start time (perf_counter), the duration and this process's CPU
+    seconds. ``start()`` (if given) is called once the session is ready, right before the clock
+    starts (the processes of a multi-process client wait on a barrier there)."""
     # NOTE: aiohttp's default connector opens at most 100 connections at once, which silently capped
     # every "all at once" load at 100 concurrent requests; concurrency is --max-concurrency's job.
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as session:
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(ids, out_len, offset, t0):
+            delay = t0 + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with sem:
+                try:
+                    if backend == "openai":
+                        return await send_openai(session, base_url, ids, out_len, headers, model)
+                    return await send_native(session, base_url, ids, out_len, headers)
+                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                    return Result(prompt_len=len(ids), error=repr(e))
+
+        if start is not None:
+            start()
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        results = await asyncio.gather(*(one(ids, n, off, t0) for ids, n, off in jobs))
+        return list(results), t0, time.perf_counter() - t0, time.process_time() - cpu0
+
+
+def _child(k, jobs, base_url, backend, headers, model, timeout, concurrency, barrier, out) -> None:
+    """Process ``k`` of a multi-process client: drive ``jobs``, put ``(k, results, cpu s)`` on ``out``."""
+    results, _, _, cpu = asyncio.run(_drive(base_url, jobs, backend, headers, model, timeout, concurrency,
+                                            start=barrier.wait))
+    out.put((k, results, cpu))
+
+
+def _drive_processes(args, jobs, headers: dict, model: str) -> tuple[list[Result], float, float]:
+    """``jobs`` dealt round-robin to ``args.client_processes`` spawned processes, which start on
+    one barrier (their clocks agree: perf_counter is CLOCK_MONOTONIC); returns the results in job
+    order, the duration and the CPU seconds of all the processes. ``--max-concurrency`` is split
+    evenly between them."""
+    import multiprocessing as mp
+
+    n = args.client_processes
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(n + 1), ctx.Queue()
+    conc = -(-(args.max_concurrency or len(jobs) or 1) // n)
+    procs = [ctx.Process(target=_child, args=(k, jobs[k::n], args.base_url, args.backend, headers, model,
+                                              args.timeout, conc, barrier, out), daemon=True) for k in range(n)]
+    for p in procs:
+        p.start()
+    barrier.wait(timeout=300)
+    t0 = time.perf_counter()
+    got = [out.get(timeout=args.timeout) for _ in procs]
+    duration = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    results: list[Result] = [Result()] * len(jobs)
+    for k, shard, _ in got:
+        results[k::n] = shard
+    return results, duration, sum(c for _, _, c in got)
+
+
+async def run(args) -> dict:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    timeout = aiohttp.ClientTimeout(total=args.timeout)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         info = await _get_json(session, args.base_url + "/get_server_info", headers) or {}
         model_info = await _get_json(session, args.base_url + "/get_model_info", headers) or {}
         vocab = args.vocab_size or info.get("vocab_size") or 32000
@@ -154,29 +216,22 @@ async def run(args) -> dict:
             async with session.post(args.base_url + "/flush_cache", headers=headers) as resp:
                 await resp.read()
         before = await _get_json(session, args.base_url + "/get_server_info", headers) or {}
-        model = model_info.get("served_model_name") or model_info.get("model_path") or "default"
-        sem = asyncio.Semaphore(args.max_concurrency or len(reqs) or 1)
-
-        async def one(ids, out_len):
-            async with sem:
-                try:
-                    if args.backend == "openai":
-                        return await send_openai(session, args.base_url, ids, out_len, headers, model)
-                    return await send_native(session, args.base_url, ids, out_len, headers)
-                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                    return Result(prompt_len=len(ids), error=repr(e))
-
-        arrivals = np.random.default_rng(args.seed)
-        tasks, t0, cpu0 = [], time.perf_counter(), time.process_time()
-        for ids, out_len in reqs:
-            tasks.append(asyncio.create_task(one(ids, out_len)))
-            if args.request_rate != float("inf"):
-                gap = 1.0 / args.request_rate if args.fixed_rate else arrivals.exponential(1.0 / args.request_rate)
-                await asyncio.sleep(gap)
-        results = await asyncio.gather(*tasks)
-        duration = time.perf_counter() - t0
-        args.client_cpu_share = (time.process_time() - cpu0) / duration
-        args.results = results
+    model = model_info.get("served_model_name") or model_info.get("model_path") or "default"
+    arrivals = np.random.default_rng(args.seed)
+    jobs, offset = [], 0.0
+    for ids, out_len in reqs:
+        jobs.append((ids, out_len, offset))
+        if args.request_rate != float("inf"):
+            offset += 1.0 / args.request_rate if args.fixed_rate else arrivals.exponential(1.0 / args.request_rate)
+    if args.client_processes > 1:
+        results, duration, cpu = await asyncio.get_running_loop().run_in_executor(
+            None, _drive_processes, args, jobs, headers, model)
+    else:
+        results, _, duration, cpu = await _drive(args.base_url, jobs, args.backend, headers, model, args.timeout,
+                                                 args.max_concurrency or len(jobs) or 1)
+    args.client_cpu_share = cpu / duration
+    args.results = results
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         after = await _get_json(session, args.base_url + "/get_server_info", headers) or {}
     return summarize(args, results, duration, before, after)
 
@@ -205,8 +260,8 @@ def summarize(args, results: list[Result], duration: float, before: dict, after:
         "itl_p50_ms": _pct(itl, 50), "itl_p99_ms": _pct(itl, 99),
         "e2e_p50_ms": _pct([r.e2e for r in ok], 50), "e2e_p99_ms": _pct([r.e2e for r in ok], 99),
         "server_cache_hit_rate": hit,
-        # NOTE: near 1.0 the client itself (one Python process parsing every stream) is saturated,
-        # and its queueing shows up in TTFT / ITL
+        # NOTE: CPU seconds of all client processes per second; near 1.0 per process the client
+        # itself is saturated, and its queueing shows up in TTFT / ITL (see --client-processes)
         "client_cpu_share": getattr(args, "client_cpu_share", None),
     }
 
@@ -229,6 +284,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (inf: all at once)")
     p.add_argument("--fixed-rate", action="store_true", help="fixed gaps instead of Poisson arrivals")
     p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--client-processes", type=int, default=1,
+                   help="load-generator processes (requests dealt round-robin): one Python event loop "
+                        "parsing hundreds of streams reads them late and in bursts")
     p.add_argument("--vocab-size", type=int, default=None, help="default: the server's, else 32000")
     p.add_argument("--flush-cache", action="store_true", help="flush the server's prefix cache first")
     p.add_argument("--seed", type=int, default=1)

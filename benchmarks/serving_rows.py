@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--trace-dir", default=None,
                     help="trace each run (RADIXLM_TRACE_DIR + --chunk-log under DIR/<tag>-<row>) and print "
                          "benchmarks/itl_tail.py's analysis after it")
+    ap.add_argument("--client-processes", type=int, default=1,
+                    help="bench_serving.py --client-processes (load-generator processes)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(__file__))
     import bench_serving
@@ -86,7 +88,8 @@ def main() -> None:
         ready = time.perf_counter() - t0
         try:
             vocab = ["--vocab-size", str(a.l8b_vocab)] if model == "l8b" else []
-            s = bench_serving.main(["--base-url", server.url, *load, *vocab, *trace])
+            s = bench_serving.main(["--base-url", server.url, *load, *vocab, *trace,
+                                    "--client-processes", str(a.client_processes)])
         finally:
             server.stop()
         if a.trace_dir:

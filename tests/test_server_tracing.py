@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 import requests
 
@@ -33,6 +34,14 @@ def test_trace_files_and_tail_analysis(tmp_path):
         summary = _module("bench_serving").main(
             ["--base-url", srv.url, "--num-prompts", "4", "--random-input-len", "16", "--random-output-len", "12",
              "--random-range-ratio", "1", "--chunk-log", str(chunks)])
+        # NOTE: a multi-process load generator (spawned children import bench_serving by name)
+        sys.path.insert(0, BENCH)
+        t_before = time.perf_counter()
+        multi = _module("bench_serving").main(
+            ["--base-url", srv.url, "--num-prompts", "6", "--random-input-len", "8", "--random-output-len", "6",
+             "--random-range-ratio", "1", "--client-processes", "2", "--chunk-log", str(tmp_path / "multi.jsonl")])
+        t_after = time.perf_counter()
+        sys.path.remove(BENCH)
         constrained = requests.post(srv.url + "/generate", timeout=120, json={
             "text": "Digits:", "sampling_params": {"regex": "[0-9]{6}", "max_new_tokens": 12}}).json()
     finally:
@@ -50,6 +59,10 @@ def test_trace_files_and_tail_analysis(tmp_path):
     # NOTE: one clock: every chunk reached the client after the HTTP process applied some step
     first_batch = min(e["t"] for e in batches)
     assert all(first_batch <= r["t"][0] for r in rows)
+    assert multi["completed"] == 6 and multi["failed"] == 0
+    multi_rows = [json.loads(line) for line in open(tmp_path / "multi.jsonl")]
+    # NOTE: both processes' chunk times are on the parent's clock, inside the call, in order
+    assert len(multi_rows) == 6 and all(t_before < r["t"][0] <= r["t"][-1] < t_after for r in multi_rows)
     # NOTE: the turn events carry the grammar mask time; the constrained request's steps add to it
     assert turns[0]["mask_s"] == 0.0 and turns[-1]["mask_s"] > 0.0 and len(constrained["text"]) == 6
     table = _module("turn_stats").summarize(turns, idle=0.5, slow_mask_ms=2.0)
