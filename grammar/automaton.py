@@ -170,7 +170,7 @@ MEMO_STATES = 60_000  # ... holding at most this many states together (1 KiB eac
 _memo_states = [0]
 
 
-MEMO_HASH_LIMIT = 5_000  # NOTE: hashing a tuple tree costs ~20 ns a node, every lookup
+MEMO_HASH_LIMIT = 100_000  # NOTE: hashing a tuple tree costs ~20 ns a node, every lookup
 
 
 def _tree_size(node: Node, seen: dict[int, int]) -> int:

@@ -33,7 +33,7 @@ Output conventions (what a constrained model may write):
   about ``PATTERN_LENGTH_WORK / n``); overlapping ``oneOf`` branches are narrowed until
   provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
   ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
-  left out; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
+  left out; number bounds beyond ``BOUND_CLAMP`` (10^40) are clamped to it; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
   (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).
 - ``uniqueItems``: enforced over a finite item domain (:mod:`radixlm.grammar.json_unique`), else
   not enforced (accepted as written). ``nullable`` (OpenAPI) is an annotation,
@@ -76,6 +76,7 @@ UNSUPPORTED = ("unevaluatedItems", "$dynamicRef", "$recursiveRef")
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
 RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule of its own
 LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)
+BOUND_CLAMP = 10**40  # number bounds beyond +-10^40 are clamped to it (a sound restriction, see _clamped)
 
 
 class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
@@ -254,7 +255,7 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
         if t == "boolean":
             return _leaf(alt(lit("true"), lit("false")))
         if t in ("integer", "number"):
-            return self.leaf_rule(_leaf(number_node(schema, extra, t == "integer")))
+            return self.leaf_rule(_leaf(number_node(_clamped(schema), extra, t == "integer")))
         if t == "string":
             return self.leaf_rule(_leaf(string_node(schema, extra)))
         if t == "array":
@@ -274,6 +275,19 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
             name = self.leaves[id(node[1])] = f"__leaf{len(self.leaves)}"
             self.rules[name] = node
         return ("ref", name)
+
+
+def _clamped(schema: dict) -> dict:
+    """``schema`` with a lower bound below ``-BOUND_CLAMP`` raised to it and an upper bound above
+    ``BOUND_CLAMP`` lowered to it (a sound restriction: a 309-digit bound such as
+    ``-1.79769e308`` is an automaton of thousands of states, a bound of 10^40 one of ~100)."""
+    out = None
+    for key, sign in (("minimum", -1), ("exclusiveMinimum", -1), ("maximum", 1), ("exclusiveMaximum", 1)):
+        v = schema.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v * sign > BOUND_CLAMP:
+            out = dict(schema) if out is None else out
+            out[key] = sign * BOUND_CLAMP
+    return schema if out is None else out
 
 
 def _leaf(node: Node) -> Node:

@@ -217,8 +217,8 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
                 return not any(check.is_valid(v) for v in vals)
             except Exception:  # noqa: BLE001
                 return False
-    if common == {"object"} and _keys_disjoint(a, b):
-        return True
+    if common == {"object"} and (_keys_disjoint(a, b) or _required_disjoint(a, b, root, string_dfa, depth)):
+        return True  # NOTE: before the combinators: other keywords only narrow either side
     if depth < MAX_DEPTH:
         for x, y in ((a, b), (b, a)):
             parts = _branches(x, root)
@@ -227,15 +227,6 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
     if any(k in x for x in (a, b) for k in ("anyOf", "oneOf", "allOf", "x-any", "not", "x-nots", "x-checks")):
         return False
     if common == {"object"}:
-        pa, pb = a.get("properties", {}), b.get("properties", {})
-        ra, rb = set(a.get("required", [])), set(b.get("required", []))
-        for k in ra & rb:
-            if k in pa and k in pb and disjoint(pa[k], pb[k], root, string_dfa, depth + 1):
-                return True
-        for req, props, other in ((ra, pb, b), (rb, pa, a)):
-            for k in req:
-                if props.get(k) is False or (k not in props and other.get("additionalProperties") is False):
-                    return True
         return False
     if common <= {"number", "integer"}:
         (la, ha), (lb, hb) = _interval(a), _interval(b)
@@ -250,6 +241,48 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
         from radixlm.grammar.dfa_ops import product
 
         return product(string_dfa(a), string_dfa(b), "and").start == 0
+    return False
+
+
+def unsatisfiable(schema: Any, depth: int = 0) -> bool:
+    """True only when no instance satisfies ``schema`` (conservative, cheap: no ``$ref`` or
+    combinator is looked into): ``false``, an empty ``type`` or ``enum``, or an object-only schema
+    requiring a property whose schema is unsatisfiable or that it forbids. Prunes the branches
+    that merging conditionals into each other makes contradictory."""
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    t = schema.get("type")
+    if (isinstance(t, list) and not t) or schema.get("enum") == []:
+        return True
+    if t not in ("object", ["object"]) or depth >= MAX_DEPTH:
+        return False
+    props = schema.get("properties", {})
+    closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
+    for k in schema.get("required", []):
+        if k in props:
+            if unsatisfiable(props[k], depth + 1):
+                return True
+        elif closed:
+            return True
+    return False
+
+
+def _required_disjoint(a: dict, b: dict, root: Any, string_dfa: Callable[[dict], Any] | None,
+                       depth: int) -> bool:
+    """Objects: a property both require with disjoint values (a discriminator), or one that a
+    side requires and the other forbids."""
+    pa, pb = a.get("properties", {}), b.get("properties", {})
+    ra, rb = set(a.get("required", [])), set(b.get("required", []))
+    for k in ra & rb:
+        if k in pa and k in pb and disjoint(pa[k], pb[k], root, string_dfa, depth + 1):
+            return True
+    for req, props, other in ((ra, pb, b), (rb, pa, a)):
+        for k in req:
+            if props.get(k) is False or (k not in props and other.get("additionalProperties") is False
+                                         and not other.get("patternProperties")):
+                return True
     return False
 
 

@@ -10,7 +10,7 @@ from radixlm.grammar.ast import Node, alt
 from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_scalars import string_node
-from radixlm.grammar.schema_checks import disjoint
+from radixlm.grammar.schema_checks import disjoint, unsatisfiable
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
 from radixlm.grammar.schema_oneof import exclusive_branches
 
@@ -62,7 +62,10 @@ class CombinatorMixin:
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
                                             self._disjoint, self._negated)
                 keys = [None] * len(merged)
-        return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b) for b, k in zip(merged, keys)))
+        # NOTE: a contradictory branch (conditionals merged into each other: two discriminator
+        # values at once) is dropped before it is expanded further
+        return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b)
+                     for b, k in zip(merged, keys) if k is not None or not unsatisfiable(b)))
 
     def merged_key(self, schema: dict, first: bool = False) -> str | None:
         """The memo name of a ``$ref`` with sibling assertions (None for anything else): the

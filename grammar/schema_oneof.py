@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.schema_checks import implied_types
-from radixlm.grammar.schema_merge import merge
+from radixlm.grammar.schema_checks import ARRAY_KWS, NUMBER_KWS, OBJECT_KWS, STRING_KWS, implied_types
+from radixlm.grammar.schema_merge import ANNOTATIONS, merge, types_of
 
 MAX_OUTSIDE = 4
 MAX_DISCRIMINATORS = 8
@@ -34,6 +34,34 @@ def _view(schema: Any, t: str) -> Any:
         return merge(schema, {"type": t})
     except GrammarError:
         return None
+
+
+_OWN_KWS = {"object": OBJECT_KWS, "array": ARRAY_KWS, "string": STRING_KWS, "number": NUMBER_KWS,
+             "integer": NUMBER_KWS, "null": (), "boolean": ()}
+_TYPED_KWS = frozenset(OBJECT_KWS + ARRAY_KWS + STRING_KWS + NUMBER_KWS)
+
+
+def accepts_every(schema: Any, t: str) -> bool:
+    """Whether ``schema`` provably accepts every instance of type ``t``: its ``type`` allows
+    ``t`` and each of its other keywords applies only to other types (``minLength`` says nothing
+    of an object). Conservative: any other keyword answers False."""
+    if schema is True or schema == {}:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    ts = types_of(schema)
+    if ts is not None and t not in ts:
+        return False
+    own = _OWN_KWS[t]
+    for k, v in schema.items():
+        if k == "type" or k in ANNOTATIONS:
+            continue
+        if k == "x-all":
+            if any(k2 not in _TYPED_KWS or k2 in own for k2 in v):
+                return False
+        elif k not in _TYPED_KWS or k in own:
+            return False
+    return True
 
 
 def _outside_keys(a: Any, b: dict) -> list[str]:
@@ -75,6 +103,8 @@ def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Call
         if vb is False or (vb is not None and disjoint(va, vb)):
             views.append(va)
             continue
+        if vb is not None and accepts_every(vb, t):
+            continue  # NOTE: every value of this type satisfies b: a keeps none of them
         if t == "object" and isinstance(b, dict):
             mine = set(a.get("required", []))
             theirs = [k for k in b.get("required", []) if k not in mine]

@@ -9,7 +9,16 @@ renovate, resjson, enonic-xp), on synthetic schemas of each failure class:
   or coming back to their own definition (never-ending when inlined): converted once per
   ``$ref`` and siblings, a rule when recursive;
 - a schema nested 300 levels deep (converted where a deeper stack is allowed);
-- a large enum of objects.
+- a large enum of objects;
+- an ``allOf`` of 20 ``if`` / ``then`` clauses on one discriminator property (cinnamon-spice
+  settings: merged into every combination of the clauses before contradictory ones were dropped);
+- a ``oneOf`` of 21 untyped object branches told apart by a required discriminator, one of them
+  with a ``oneOf`` of its own, beside recursive groups (enonic-xp: the discriminator was not seen
+  through the inner ``oneOf``, and each narrowing copied the whole ``oneOf`` once per type);
+- numbers bounded by +-1.8e308 and the like (venvironment: a 309-digit bound is an automaton of
+  thousands of states; bounds past 10^40 are clamped to it, a sound restriction);
+- the same large enum property in 16 ``anyOf`` branches (rust-toolchain: an automaton too large
+  to hash was determinized again in every branch).
 
 Each compiles within a bound of CPU time and walks its instances token by token (valid ones
 accepted, invalid ones refused; the table is checked against ``jsonschema``)."""
@@ -80,6 +89,45 @@ SELF_SIBLINGS = {"type": "object", "definitions": {"resource": {"type": "object"
 ENUM_OBJECTS = {"type": "array", "items": {"enum": [{"id": i, "name": f"item{i}", "tags": ["x", str(i)]}
                                                      for i in range(300)]}}
 
+def _discriminated_ifs(n: int) -> dict:
+    """``n`` clauses ``if type == kI then $ref dI`` (each ``dI`` requires a field of its own)."""
+    defs = {f"d{i}": {"properties": {"type": {"const": f"k{i}"}, f"f{i}": {"type": "string", "maxLength": 8}},
+                      "required": [f"f{i}"]} for i in range(n)}
+    return {"definitions": defs, "type": "object", "required": ["type"],
+            "allOf": [{"if": {"properties": {"type": {"const": f"k{i}"}}}, "then": {"$ref": f"#/definitions/d{i}"}}
+                      for i in range(n)]}
+
+
+def _discriminated_one_of(n: int) -> dict:
+    """Form items: ``n`` untyped input kinds (a ``oneOf`` of ``$ref``s, one kind with a ``oneOf``
+    of its own) and two recursive group kinds, in a ``oneOf``."""
+    defs: dict[str, Any] = {f"in{i}": {"properties": {"type": {"const": f"In{i}"}, "name": {"type": "string"}},
+                                       "required": ["type", "name"], "additionalProperties": False} for i in range(n)}
+    defs["in0"]["properties"].update({"a": {"type": "string"}, "b": {"type": "string"}})
+    defs["in0"]["oneOf"] = [{"required": ["a"], "not": {"required": ["b"]}}, {"required": ["b"], "not": {"required": ["a"]}}]
+    defs["item"] = {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]}
+    defs["inputs"] = {"oneOf": [{"$ref": f"#/definitions/in{i}"} for i in range(n)]}
+    for g in ("Set", "Group"):
+        defs[g] = {"allOf": [{"$ref": "#/definitions/item"}, {
+            "type": "object", "properties": {"type": {"const": g}, "items": {"type": "array", "items": {"$ref": "#/definitions/items"}}},
+            "required": ["type"], "additionalProperties": False}]}
+    defs["items"] = {"oneOf": [{"$ref": "#/definitions/inputs"}, {"$ref": "#/definitions/Set"}, {"$ref": "#/definitions/Group"}]}
+    return {"definitions": defs, "type": "object", "properties": {"form": {"type": "array", "items": {"$ref": "#/definitions/items"}}},
+            "additionalProperties": False}
+
+
+HUGE_BOUNDS = {"type": "object", "additionalProperties": False,
+               "properties": {f"x{i}": {"type": "number", "minimum": -v, "maximum": v}
+                              for i, v in enumerate([1.79769e308, 3.4e100, 1e200, 2.5e250])}}
+TARGETS = [f"{a}-{b}-linux-{c}" for a in ("x86_64", "aarch64", "riscv64gc", "armv7", "i686")
+           for b in ("unknown", "pc", "apple", "sun")
+           for c in ("gnu", "musl", "eabi", "gnux32", "uclibc", "android", "ohos", "none", "gnueabihf", "muslabi64",
+                     "freebsd", "netbsd", "openbsd", "illumos", "fuchsia", "redox", "wasi", "hermit", "l4re", "nto")]
+REPEATED_ENUM = {"type": "object", "properties": {"t": {"anyOf": [
+    {"type": "object", "properties": {"targets": {"type": "array", "items": {"enum": TARGETS}}, f"k{i}": {"type": "integer"}},
+     "required": [f"k{i}"], "additionalProperties": False} for i in range(16)]}}}
+
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("300 properties sharing one $ref", MANY_REFS,
@@ -100,6 +148,18 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("enum of 300 objects", ENUM_OBJECTS,
      [[], [{"id": 5, "name": "item5", "tags": ["x", "5"]}, {"id": 299, "name": "item299", "tags": ["x", "299"]}]],
      [[{"id": 5, "name": "item6", "tags": ["x", "5"]}], [{"id": 300, "name": "item300", "tags": ["x", "300"]}]]),
+    ("allOf of 20 if/then clauses on one discriminator", _discriminated_ifs(20),
+     [{"type": "k3", "f3": "x"}, {"type": "k19", "f19": "", "f3": 5}, {"type": "other"}],
+     [{"type": "k3"}, {"type": "k3", "f3": "toolongvalue"}, {"type": "k0", "f1": "x"}, {}]),
+    ("oneOf of 21 untyped discriminated branches, recursive groups", _discriminated_one_of(21),
+     [{}, {"form": []}, {"form": [{"type": "In3", "name": "n"}, {"type": "In0", "name": "m", "a": "x"}]},
+      {"form": [{"type": "Group", "items": [{"type": "Set", "items": [{"type": "In20", "name": "z"}]}]}]}],
+     [{"form": [{"type": "In3"}]}, {"form": [{"type": "In0", "name": "m"}]},
+      {"form": [{"type": "In0", "name": "m", "a": "x", "b": "y"}]}, {"form": [{"type": "In21", "name": "n"}]},
+      {"form": [{"type": "Group", "items": [{"type": "In1", "name": "n", "x": 1}]}]}, {"form": ["In1"]}]),
+    ("numbers bounded by +-1.8e308", HUGE_BOUNDS,
+     [{}, {"x0": -1234567890.5, "x1": 3, "x3": 0.25}, {"x2": -7}],
+     [{"x0": "1"}, {"x1": None}, {"x4": 1}]),
 ]
 
 test_table_agrees_with_jsonschema, test_large_cases_token_by_token = schema_table_tests(CASES)
@@ -161,3 +221,14 @@ def test_deep_stack_compile_is_throttled_and_stopped_like_any_compile() -> None:
         assert spins[0] == seen  # NOTE: the worker stopped too
     finally:
         stop.set()
+
+
+def test_repeated_large_enum_is_determinized_once() -> None:
+    """A property automaton too large to hash under the old memo limit, met in 16 ``anyOf``
+    branches, is determinized once (the conversion stays far below the 2e6-unit budget)."""
+    from radixlm.grammar.budget import compile_budget
+    from radixlm.grammar.json_schema import json_schema_to_ast
+
+    with compile_budget(units=800_000):
+        node, rules = json_schema_to_ast(REPEATED_ENUM)
+    assert not rules and node
