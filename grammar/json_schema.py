@@ -99,6 +99,7 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
         self.walk = Walk()
         self.leaves: dict[int, str] = {}  # id of a large scalar automaton -> its rule (leaf_rule)
         self.split_leaves = False
+        self.strings: dict[str, Node] = {}  # string keywords (canonical JSON) -> their automaton
 
     # --- entry points -------------------------------------------------------------------------
 
@@ -257,11 +258,26 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
         if t in ("integer", "number"):
             return self.leaf_rule(_leaf(number_node(_clamped(schema), extra, t == "integer")))
         if t == "string":
-            return self.leaf_rule(_leaf(string_node(schema, extra)))
+            return self.leaf_rule(self.string_leaf(schema, extra))
         if t == "array":
             return self.array(schema)
         return self.object(schema)
 
+
+    def string_leaf(self, schema: dict, extra: dict) -> Node:
+        """A string value's automaton, built once per conversion for the same length bounds,
+        patterns and formats (a pattern times a length counter can be tens of thousands of states,
+        and a schema repeats the same string definition in many objects)."""
+        own = {k: schema[k] for k in ("minLength", "maxLength", "pattern", "format") if k in schema}
+        more = {k: extra[k] for k in ("pattern", "format") if k in extra}
+        try:
+            key = json.dumps([own, more], sort_keys=True)
+        except (TypeError, ValueError):
+            return _leaf(string_node(schema, extra))
+        got = self.strings.get(key)
+        if got is None:
+            got = self.strings[key] = _leaf(string_node(schema, extra))
+        return got
 
     def leaf_rule(self, node: Node) -> Node:
         """In a grammar compiled because one automaton was too large (``split_leaves``), a scalar

@@ -18,7 +18,9 @@ renovate, resjson, enonic-xp), on synthetic schemas of each failure class:
 - numbers bounded by +-1.8e308 and the like (venvironment: a 309-digit bound is an automaton of
   thousands of states; bounds past 10^40 are clamped to it, a sound restriction);
 - the same large enum property in 16 ``anyOf`` branches (rust-toolchain: an automaton too large
-  to hash was determinized again in every branch).
+  to hash was determinized again in every branch);
+- one string pattern times a length counter (72k states) in six properties (winget-pkgs: each
+  intersection was charged ~7x its work, and built again in every property).
 
 Each compiles within a bound of CPU time and walks its instances token by token (valid ones
 accepted, invalid ones refused; the table is checked against ``jsonschema``)."""
@@ -232,3 +234,17 @@ def test_repeated_large_enum_is_determinized_once() -> None:
     with compile_budget(units=800_000):
         node, rules = json_schema_to_ast(REPEATED_ENUM)
     assert not rules and node
+
+
+def test_pattern_times_length_is_charged_its_work_and_built_once() -> None:
+    """A pattern automaton times a ``maxLength`` counter (72k states) costs about its states in
+    work units (it was charged ~7x), and six properties with that string schema build it once."""
+    from radixlm.grammar.budget import compile_budget
+    from radixlm.grammar.json_schema import json_schema_to_ast
+
+    name = {"type": "string", "maxLength": 128,
+            "pattern": "^[^\\.\\s\\\\/:\\*\\?\"<>\\|\\x01-\\x1f]{1,32}(\\.[^\\.\\s\\\\/:\\*\\?\"<>\\|\\x01-\\x1f]{1,32}){1,3}$"}
+    schema = {"type": "object", "properties": {f"p{i}": dict(name) for i in range(6)}}
+    with compile_budget(units=600_000):
+        node, rules = json_schema_to_ast(schema, grammar=True)
+    assert rules
