@@ -174,7 +174,7 @@ def _wait_idle(server, seconds: float = 15) -> dict:
 
 
 def test_non_streaming_client_disconnect_aborts(server):
-    """A non-streaming request has no stream write to fail: the server's disconnect polling must
+    """A non-streaming request has no stream write to fail: the server's disconnect watcher must
     notice the closed connection and abort the request."""
     import socket
     from urllib.parse import urlparse

@@ -18,6 +18,7 @@ import zmq.asyncio
 from radixlm.runtime.request import sample_rids
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.config import ServerConfig
+from radixlm.runtime.server.disconnect_watch import DISCONNECTED, DisconnectWatcher
 from radixlm.runtime.server.io_struct import (
     AbortReq, BatchStrOut, ControlReply, ControlReq, DetokInit, IpcPaths, MalformedMessage, SchedulerSnapshot,
     StrOut, TokenizedGenerateReq, decode, encode,
@@ -31,21 +32,6 @@ from radixlm.runtime.server.tracing import maybe_trace
 logger = logging.getLogger("radixlm.tokenizer_manager")
 
 DISCONNECT_POLL_S = 0.5
-
-
-_TIMEOUT = getattr(asyncio, "timeout", None)  # Python >= 3.11
-
-
-async def _get(queue: asyncio.Queue, timeout: float):
-    """``queue.get()`` within ``timeout`` seconds (else raises a TimeoutError): at once when an
-    item waits; else under ``asyncio.timeout``, which unlike ``wait_for`` (Python 3.11) starts no
-    task per call (one streaming update each)."""
-    if not queue.empty():
-        return queue.get_nowait()
-    if _TIMEOUT is None:
-        return await asyncio.wait_for(queue.get(), timeout)
-    async with _TIMEOUT(timeout):
-        return await queue.get()
 
 
 class RequestError(Exception):
@@ -94,6 +80,7 @@ class TokenizerManager:
         self.states: dict[str, ReqState] = {}
         self.snapshot: SchedulerSnapshot | None = None
         self._control: dict[str, asyncio.Future] = {}
+        self._disconnects = DisconnectWatcher(DISCONNECT_POLL_S)
         self._send = zmq.Context.instance().socket(zmq.PUSH)
         self._send.connect(paths.scheduler_in)
         self._recv: zmq.asyncio.Socket | None = None
@@ -317,15 +304,17 @@ class TokenizerManager:
         disconnects (or the consumer stops early), the unfinished samples are aborted."""
         pending = {s.index for s in states if not s.finished}
         seen = {s.index: s.version for s in states}
+        # NOTE: one watcher task polls idle requests for a disconnect (no timer per queue.get())
+        watch = self._disconnects.watch(queue, request) if request is not None and pending else None
+        loop = asyncio.get_running_loop()
         try:
             while pending:
-                try:
-                    idx = await _get(queue, DISCONNECT_POLL_S)
-                except (asyncio.TimeoutError, TimeoutError):
-                    if request is not None and await request.is_disconnected():
-                        logger.info("client disconnected; aborting %s", [states[i].rid for i in pending])
-                        return
-                    continue
+                idx = queue.get_nowait() if not queue.empty() else await queue.get()
+                if idx is DISCONNECTED:
+                    logger.info("client disconnected; aborting %s", [states[i].rid for i in pending])
+                    return
+                if watch is not None:
+                    watch.last = loop.time()
                 st = states[idx]
                 if st.version == seen[idx]:
                     continue  # NOTE: several updates may be coalesced into one state read
@@ -334,6 +323,8 @@ class TokenizerManager:
                     pending.discard(idx)
                 yield st
         finally:
+            if watch is not None:
+                self._disconnects.unwatch(watch)
             self.abort_unfinished(states)
 
     def abort_unfinished(self, states: list[ReqState], message: str = "client disconnected") -> None:
