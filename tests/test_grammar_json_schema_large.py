@@ -248,3 +248,15 @@ def test_pattern_times_length_is_charged_its_work_and_built_once() -> None:
     with compile_budget(units=600_000):
         node, rules = json_schema_to_ast(schema, grammar=True)
     assert rules
+
+
+def test_cpu_backstop_still_stops_checks_that_count_no_work() -> None:
+    """The CPU-time clock is read once per ``CLOCK_EVERY`` units of work and calls (it was read
+    at every check, ~1 us each, hundreds of thousands of times a compile): a loop of checks that
+    count no work still meets the backstop."""
+    from radixlm.grammar.budget import check_budget, compile_budget
+
+    start = time.thread_time()
+    with pytest.raises(GrammarError, match="CPU time"), compile_budget(units=10**12, seconds=0.05):
+        while time.thread_time() - start < 5:
+            check_budget("spinning", 0)
