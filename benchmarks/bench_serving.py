@@ -171,14 +171,13 @@ def _child(k, jobs, base_url, backend, headers, model, timeout, concurrency, bar
     out.put((k, results, cpu))
 
 
-def _drive_processes(args, jobs, headers: dict, model: str) -> tuple[list[Result], float, float]:
-    """``jobs`` dealt round-robin to ``args.client_processes`` spawned processes, which start on
+def _drive_processes(args, jobs, headers: dict, model: str, n: int) -> tuple[list[Result], float, float]:
+    """``jobs`` dealt round-robin to ``n`` spawned processes, which start on
     one barrier (their clocks agree: perf_counter is CLOCK_MONOTONIC); returns the results in job
     order, the duration and the CPU seconds of all the processes. ``--max-concurrency`` is split
     evenly between them."""
     import multiprocessing as mp
 
-    n = args.client_processes
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(n + 1), ctx.Queue()
     conc = -(-(args.max_concurrency or len(jobs) or 1) // n)
@@ -223,9 +222,11 @@ async def run(args) -> dict:
         jobs.append((ids, out_len, offset))
         if args.request_rate != float("inf"):
             offset += 1.0 / args.request_rate if args.fixed_rate else arrivals.exponential(1.0 / args.request_rate)
-    if args.client_processes > 1:
+    # NOTE: --max-concurrency caps the processes (one request at a time is one process)
+    n = min(args.client_processes, args.max_concurrency or len(jobs), max(1, len(jobs)))
+    if n > 1:
         results, duration, cpu = await asyncio.get_running_loop().run_in_executor(
-            None, _drive_processes, args, jobs, headers, model)
+            None, _drive_processes, args, jobs, headers, model, n)
     else:
         results, _, duration, cpu = await _drive(args.base_url, jobs, args.backend, headers, model, args.timeout,
                                                  args.max_concurrency or len(jobs) or 1)

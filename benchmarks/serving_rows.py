@@ -56,8 +56,9 @@ def main() -> None:
     ap.add_argument("--trace-dir", default=None,
                     help="trace each run (RADIXLM_TRACE_DIR + --chunk-log under DIR/<tag>-<row>) and print "
                          "benchmarks/itl_tail.py's analysis after it")
-    ap.add_argument("--client-processes", type=int, default=1,
-                    help="bench_serving.py --client-processes (load-generator processes)")
+    ap.add_argument("--client-processes", type=int, default=4,
+                    help="bench_serving.py --client-processes (load-generator processes; one Python "
+                         "process reading 512 streams decided the ITL tail, H200 session 7)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(__file__))
     import bench_serving
