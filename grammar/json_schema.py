@@ -65,11 +65,11 @@ from radixlm.grammar.json_lexical import NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
-from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
+from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer, types_of
 from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_drafts import apply_dialect
 from radixlm.grammar.schema_refs import canonical_refs
-from radixlm.grammar.schema_rewrite import rewrite_conditionals
+from radixlm.grammar.schema_rewrite import fold_discriminated, rewrite_conditionals
 
 MAX_WS = 20
 UNSUPPORTED = ("unevaluatedItems", "$dynamicRef", "$recursiveRef")
@@ -203,6 +203,8 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
                 schema = self.fold_nots(schema, defer=True)
             elif "allOf" in schema:
                 branches = schema["allOf"]
+                if types_of(schema) == {"object"} and isinstance(branches, list):
+                    branches = fold_discriminated(branches)
                 out: Any = {k: v for k, v in schema.items() if k != "allOf"}
                 for b in branches:
                     if isinstance(b, dict) and ("anyOf" in b or "oneOf" in b) and "properties" not in out:

@@ -19,6 +19,9 @@ renovate, resjson, enonic-xp), on synthetic schemas of each failure class:
   thousands of states; bounds past 10^40 are clamped to it, a sound restriction);
 - the same large enum property in 16 ``anyOf`` branches (rust-toolchain: an automaton too large
   to hash was determinized again in every branch);
+- an ``allOf`` of 120 such clauses with the discriminator optional, some ``if`` requiring it
+  (utcm-monitor: 270 clauses; rewritten at once into n + 2 exclusive cases, where merging them
+  one by one, even with contradictions pruned, is quadratic);
 - one string pattern times a length counter (72k states) in six properties (winget-pkgs: each
   intersection was charged ~7x its work, and built again in every property).
 
@@ -130,6 +133,19 @@ REPEATED_ENUM = {"type": "object", "properties": {"t": {"anyOf": [
      "required": [f"k{i}"], "additionalProperties": False} for i in range(16)]}}}
 
 
+def _optional_discriminator(n: int) -> dict:
+    """``n`` clauses ``if kind == kI then props.vI required``; ``kind`` optional; every third
+    ``if`` also requires ``kind`` (so only the others apply when it is absent)."""
+    clauses = []
+    for i in range(n):
+        cond: dict[str, Any] = {"properties": {"kind": {"const": f"k{i}"}}}
+        if i % 3 == 0:
+            cond["required"] = ["kind"]
+        clauses.append({"if": cond, "then": {"properties": {"props": {"required": [f"v{i}"]}}}})
+    return {"type": "object", "properties": {"kind": {"type": "string"}, "props": {"type": "object"}},
+            "allOf": clauses}
+
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("300 properties sharing one $ref", MANY_REFS,
@@ -159,6 +175,11 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"form": [{"type": "In3"}]}, {"form": [{"type": "In0", "name": "m"}]},
       {"form": [{"type": "In0", "name": "m", "a": "x", "b": "y"}]}, {"form": [{"type": "In21", "name": "n"}]},
       {"form": [{"type": "Group", "items": [{"type": "In1", "name": "n", "x": 1}]}]}, {"form": ["In1"]}]),
+    ("allOf of 120 if/then clauses, optional discriminator", _optional_discriminator(120),
+     [{"kind": "k5", "props": {"v5": 1}}, {"kind": "k0", "props": {"v0": None}}, {"kind": "zz", "props": {}},
+      {"kind": "k7"}, {}, {"props": {f"v{i}": 0 for i in range(120) if i % 3}}],
+     [{"kind": "k5", "props": {"v4": 1}}, {"kind": "k0", "props": {}}, {"kind": 1, "props": []}, {"props": 3},
+      {"props": {}}, {"props": {f"v{i}": 0 for i in range(119) if i % 3}}]),
     ("numbers bounded by +-1.8e308", HUGE_BOUNDS,
      [{}, {"x0": -1234567890.5, "x1": 3, "x3": 0.25}, {"x2": -7}],
      [{"x0": "1"}, {"x1": None}, {"x4": 1}]),
