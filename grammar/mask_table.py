@@ -178,6 +178,16 @@ class MaskTable:
         got = self._row_of.get(state)
         return int(self.row_ids([state])[0]) if got is None else got
 
+    def known_rows(self, states: Sequence[Hashable]) -> np.ndarray:
+        """int64 ``[len(states)]`` row ids of states that already have a row, -1 for the others
+        (nothing is computed; ``None``: the stop-only row 0)."""
+        if self._dense is not None:
+            ids = np.fromiter((-1 if s is None else s for s in states), dtype=np.int64, count=len(states))
+            return np.where(ids < 0, 0, self._dense[ids])
+        row_of = self._row_of
+        return np.fromiter((0 if s is None else row_of.get(s, -1) for s in states), dtype=np.int64,
+                           count=len(states))
+
     def row_ids(self, states: Sequence[Hashable]) -> np.ndarray:
         """int64 ``[len(states)]`` row ids (``None`` state: the stop-only row 0). Computes the
         masks of states seen for the first time in one batched call."""

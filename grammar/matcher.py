@@ -161,7 +161,8 @@ class GrammarMatcher:
         return decode_complete_prefix(self._engine.forced_bytes(cur))
 
 
-def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.Tensor) -> None:
+def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.Tensor,
+                       device_masks: bool | None = None) -> None:
     """Fill row ``i`` of ``bitmask`` with the next-token mask of ``matchers[i]`` for the whole batch
     at once: one row-id lookup per request, then one gather per distinct grammar (rows of
     ``None`` matchers are left as they are).
@@ -171,9 +172,12 @@ def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.T
         bitmask: int32 ``[len(matchers), W]`` on the CPU or a device (a device-side copy of each
             grammar's mask table is kept and updated incrementally). ``W`` must equal the
             grammar's ``tokenizer_info.mask_words``.
+        device_masks: compute the masks of DFA states without a row yet on ``bitmask``'s device
+            (:mod:`radixlm.grammar.device_masks`) instead of on the host; default: on CUDA.
     Raises:
         ValueError: a grammar compiled for another bitmask width.
     """
+    from radixlm.grammar.device_masks import device_masks as device_cache
     from radixlm.grammar.mask_table import gather_rows
 
     groups: dict[int, tuple[Any, list[int], list[Any]]] = {}
@@ -185,11 +189,31 @@ def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.T
             g = groups[id(m.compiled)] = (m.compiled, [], [])
         g[1].append(i)
         g[2].append(m.mask_state())
+    on_device = bitmask.is_cuda if device_masks is None else device_masks
     tables, ids, pos = [], [], []
     for compiled, rows, states in groups.values():
         if compiled.masks.words != bitmask.shape[1]:
             raise ValueError(f"grammar masks have {compiled.masks.words} words, bitmask {bitmask.shape[1]}")
+        rows = np.asarray(rows, dtype=np.int64)
+        cache = device_cache(compiled, bitmask.device) if on_device else None
+        if cache is not None:
+            known = compiled.masks.known_rows(states)
+            miss = known < 0
+            if miss.any():
+                tables.append(cache)
+                ids.append(cache.slots(np.asarray(states, dtype=object)[miss].astype(np.int64)))
+                pos.append(rows[miss])
+                if miss.all():
+                    continue
+                tables.append(compiled.masks)
+                ids.append(known[~miss])
+                pos.append(rows[~miss])
+                continue
+            tables.append(compiled.masks)
+            ids.append(known)
+            pos.append(rows)
+            continue
         tables.append(compiled.masks)
         ids.append(compiled.masks.row_ids(states))
-        pos.append(np.asarray(rows, dtype=np.int64))
+        pos.append(rows)
     gather_rows(tables, ids, bitmask, pos)

@@ -19,6 +19,7 @@ rotary_store_kv           ``rotary_store_kv.py`` (apply_rotary + store_kv in one
                           ``NewTokens`` lets decode_attention do both itself)
 silu_and_mul              ``activation.py``
 apply_token_bitmask       ``bitmask.py`` (in place; ``indices`` picks logits rows)
+dfa_token_mask            ``dfa_mask.py`` (token bitmasks of byte-DFA states, no trie)
 linear                    ``gemv.py`` (skinny GEMM for decode, behind ``RADIXLM_SKINNY_GEMM``)
 ========================  ====================================================================
 """
@@ -40,6 +41,7 @@ from radixlm.kernels._triton import HAS_TRITON, interpreter_ready
 _act = importlib.import_module("radixlm.kernels.activation")
 _bitmask = importlib.import_module("radixlm.kernels.bitmask")
 _decode = importlib.import_module("radixlm.kernels.decode_attention")
+_dfa_mask = importlib.import_module("radixlm.kernels.dfa_mask")
 _extend = importlib.import_module("radixlm.kernels.extend_attention")
 _gemv = importlib.import_module("radixlm.kernels.gemv")
 _norm = importlib.import_module("radixlm.kernels.rmsnorm")
@@ -61,6 +63,7 @@ __all__ = [
     "rotary_store_kv",
     "silu_and_mul",
     "apply_token_bitmask",
+    "dfa_token_mask",
     "linear",
     "set_skinny_gemm",
 ]
@@ -119,6 +122,11 @@ def silu_and_mul(x):
 def apply_token_bitmask(logits, bitmask, indices=None) -> None:
     fn = _bitmask.apply_token_bitmask_triton if use_triton(logits) else _bitmask.apply_token_bitmask_ref
     fn(logits, bitmask, indices)
+
+
+def dfa_token_mask(trans, states, tokens, words):
+    fn = _dfa_mask.dfa_token_mask_triton if use_triton(trans) else _dfa_mask.dfa_token_mask_ref
+    return fn(trans, states, tokens, words)
 
 
 SKINNY_GEMM_MAX_M = 1  # NOTE: bench_gemv.py on an H200: the Triton GEMV wins at M == 1 only
