@@ -65,10 +65,11 @@ from radixlm.grammar.json_lexical import NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
-from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer, types_of
+from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, types_of
 from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_drafts import apply_dialect
 from radixlm.grammar.schema_refs import canonical_refs
+from radixlm.grammar.schema_memo import ConvertOnce
 from radixlm.grammar.schema_rewrite import fold_discriminated, rewrite_conditionals
 
 MAX_WS = 20
@@ -79,7 +80,7 @@ LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too 
 BOUND_CLAMP = 10**40  # number bounds beyond +-10^40 are clamped to it (a sound restriction, see _clamped)
 
 
-class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
+class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
     """One conversion; see :func:`json_schema_to_ast`."""
 
     def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool) -> None:
@@ -100,10 +101,12 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
         self.leaves: dict[int, str] = {}  # id of a large scalar automaton -> its rule (leaf_rule)
         self.split_leaves = False
         self.strings: dict[str, Node] = {}  # string keywords (canonical JSON) -> their automaton
+        self.converted: dict[int, tuple[Any, Node]] = {}  # see ConvertOnce
+        self.objects: dict[tuple[str, bool], Node] = {}
 
     # --- entry points -------------------------------------------------------------------------
 
-    def node(self, schema: Any) -> Node:
+    def _node(self, schema: Any) -> Node:
         if schema is True:
             return self.any_value()
         if schema is False:
@@ -188,7 +191,7 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
             if rounds > 1_000:
                 raise GrammarError("$ref / allOf nesting too deep")
             schema = rewrite_conditionals(schema, self._negatable)
-            rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
+            rest = {k: v for k, v in schema.items() if k in ASSERTIONS}  # NOTE: others constrain nothing
             if "$ref" in schema and len(rest) > 1:
                 ref = schema["$ref"]
                 if ref in self.stack:
@@ -263,8 +266,7 @@ class SchemaConverter(ContainerMixin, NotMixin, CombinatorMixin):
             return self.leaf_rule(self.string_leaf(schema, extra))
         if t == "array":
             return self.array(schema)
-        return self.object(schema)
-
+        return self.object_once(schema)
 
     def string_leaf(self, schema: dict, extra: dict) -> Node:
         """A string value's automaton, built once per conversion for the same length bounds,

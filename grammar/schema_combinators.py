@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_scalars import string_node
 from radixlm.grammar.schema_checks import disjoint, unsatisfiable
-from radixlm.grammar.schema_merge import ANNOTATIONS, merge, resolve_pointer
+from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer
 from radixlm.grammar.schema_oneof import exclusive_branches
 
 
@@ -34,7 +34,7 @@ class CombinatorMixin:
         kind, branches = pending[0]
         if pending[1:]:
             rest["x-any"] = pending[1:]
-        plain = not any(k not in ANNOTATIONS for k in rest)
+        plain = not any(k in ASSERTIONS for k in rest)  # NOTE: unknown keywords constrain nothing
         merged = []
         keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
         for b in branches:
@@ -71,9 +71,12 @@ class CombinatorMixin:
         """The memo name of a ``$ref`` with sibling assertions (None for anything else): the
         target and the siblings, in canonical JSON (``first``: the target's properties first)."""
         ref = schema.get("$ref")
-        if not isinstance(ref, str) or all(k in ANNOTATIONS for k in schema if k != "$ref"):
+        # NOTE: only assertions name it: annotations and unknown keywords (a generator's
+        # ``_metadata`` beside every ``$ref``) constrain nothing, and kept in the name they made
+        # each use of one target a fresh conversion with fresh automata
+        rest = {k: v for k, v in schema.items() if k != "$ref" and k in ASSERTIONS}
+        if not isinstance(ref, str) or not rest:
             return None
-        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
         try:
             text = json.dumps(rest, sort_keys=True)
         except (TypeError, ValueError):
