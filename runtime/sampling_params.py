@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictInt, TypeAdapter, ValidationError
@@ -38,28 +39,43 @@ def check_regex(pattern: str, name: str = "regex") -> str:
 
 def check_json_schema(schema: str | dict | bool) -> str:
     """Parse (when a string) and meta-validate a JSON Schema; returns its JSON text.
-    Raises ``ValueError`` for invalid JSON or a schema the meta-schema rejects (e.g. ``minItems: -5``)."""
+    Raises ``ValueError`` for invalid JSON or a schema the meta-schema rejects (e.g. ``minItems: -5``).
+
+    The verdict is cached per schema text (:func:`_schema_problem`): meta-validation costs a few
+    milliseconds on the server's event loop, and concurrent requests usually share one schema."""
+    if isinstance(schema, str):
+        text = schema
+    elif isinstance(schema, (dict, bool)):
+        text = json.dumps(schema)
+    else:
+        raise ValueError("json_schema must be a JSON object")
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise ValueError(f"json_schema is longer than {MAX_GRAMMAR_CHARS} characters")
+    problem = _schema_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
+
+
+@lru_cache(maxsize=512)
+def _schema_problem(text: str) -> str | None:
+    """Why the JSON text ``text`` is not a valid JSON Schema (its meta-schema's verdict, through
+    jsonschema), or None when it is one."""
     import jsonschema
 
-    if isinstance(schema, str):
-        try:
-            obj = json.loads(schema)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"json_schema is not valid JSON: {e}") from None
-    else:
-        obj = schema
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        return f"json_schema is not valid JSON: {e}"
     if not isinstance(obj, (dict, bool)):
-        raise ValueError("json_schema must be a JSON object")
+        return "json_schema must be a JSON object"
     try:
         jsonschema.validators.validator_for(obj, default=jsonschema.Draft202012Validator).check_schema(obj)
     except jsonschema.SchemaError as e:
-        raise ValueError(f"invalid json_schema: {e.message}") from None
+        return f"invalid json_schema: {e.message}"
     except RecursionError:
-        raise ValueError("invalid json_schema: nested too deeply") from None
-    text = schema if isinstance(schema, str) else json.dumps(schema)
-    if len(text) > MAX_GRAMMAR_CHARS:
-        raise ValueError(f"json_schema is longer than {MAX_GRAMMAR_CHARS} characters")
-    return text
+        return "invalid json_schema: nested too deeply"
+    return None
 
 
 def check_ebnf(grammar: str) -> str:

@@ -126,3 +126,22 @@ def test_validation_names_the_field():
         SamplingParams.from_dict({"stop_regex": "("})
     with pytest.raises(ValueError, match="top_k"):
         SamplingParams.validated(top_k=0)
+
+
+def test_json_schema_verdict_is_cached_per_text() -> None:
+    """Meta-validation runs once per schema text; a cached verdict still rejects every time."""
+    from radixlm.runtime.sampling_params import _schema_problem, check_json_schema
+
+    good = {"type": "object", "properties": {"cached-verdict": {"type": "integer", "minimum": 0}}}
+    bad = '{"type": "array", "minItems": -5, "x-cached-verdict": 1}'
+    before = _schema_problem.cache_info()
+    assert check_json_schema(good) == check_json_schema(good) == check_json_schema(__import__("json").dumps(good))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="invalid json_schema"):
+            check_json_schema(bad)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        check_json_schema('{"type": ')
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        check_json_schema("[1]")
+    after = _schema_problem.cache_info()
+    assert after.misses - before.misses == 4 and after.hits - before.hits >= 3
