@@ -25,7 +25,7 @@ from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.earley_walk import StackedDfas, TableWalker, distinct
-from radixlm.grammar.narrow_walk import TrieView
+from radixlm.grammar.narrow_walk import TrieView, trie_view
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.narrow_walk import pack_few
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
@@ -308,7 +308,7 @@ class EarleyEngine:
         walker = self._walkers.get(key, False)
         if walker is False:
             if self._view is None:
-                self._view = TrieView(self.trie)
+                self._view = trie_view(self.trie)
             table = self.stacked if off >= 0 else self.terms[t]
             try:
                 walker = TableWalker(table.trans, table.accept, self._view)

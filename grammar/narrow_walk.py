@@ -21,7 +21,8 @@ SCAN_CHILDREN = 32  # nodes with up to this many children are scanned, larger on
 
 class TrieView:
     """Python-side views of one trie (children runs, bytes, tokens), with per-node child maps
-    built on first use. Shared by the walkers of one engine; single-writer."""
+    built on first use. Shared by every walker of the trie (:func:`trie_view`); a race between
+    threads at most builds one child map twice (same contents)."""
 
     def __init__(self, trie: TokenTrie) -> None:
         self.lo = memoryview(np.ascontiguousarray(trie.child_lo, dtype=np.int32))
@@ -39,6 +40,16 @@ class TrieView:
         return kids
 
 
+def trie_view(trie: TokenTrie) -> TrieView:
+    """The :class:`TrieView` of ``trie``, built once and kept on it: its child maps then serve
+    the first visits of every grammar, not only one grammar's (each built a map of the root and
+    the wide nodes again on its first walks)."""
+    got = getattr(trie, "_py_view", None)
+    if got is None:
+        got = trie._py_view = TrieView(trie)
+    return got
+
+
 class NarrowWalker:
     """Python walks of one DFA (int32 ``trans [n_states, 256]``) against one trie.
 
@@ -49,7 +60,7 @@ class NarrowWalker:
         self.trans = trans
         flat = np.ascontiguousarray(trans.reshape(-1), dtype=np.int32) if trans.shape[0] < 1 << 23 else None
         self._rows = memoryview(flat) if flat is not None else None
-        self.view = TrieView(trie)
+        self.view = trie_view(trie)
         self._live: dict[int, list[int]] = {}  # state -> its live bytes
         self._diff: dict[tuple[int, int], list[int]] = {}  # (s, g) -> bytes where their rows differ
 

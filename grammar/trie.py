@@ -152,13 +152,23 @@ class TokenTrie:
         return got
 
     def pair_prefix(self) -> np.ndarray:
-        """int64 ``[257, 256]``: prefix sums of :attr:`pair_weight` over the first byte (row
-        ``b``: the first bytes below ``b``), built once."""
+        """int32 ``[257, 256]``: prefix sums of :attr:`pair_weight` over the first byte (row
+        ``b``: the first bytes below ``b``), built once. NOTE: int32 (every sum is at most
+        ``n_nodes``): half the memory a first visit's gathers touch."""
         got = getattr(self, "_pair_prefix", None)
         if got is None:
             got = np.zeros((257, 256), dtype=np.int64)
             np.cumsum(self.pair_weight, axis=0, out=got[1:])
-            self._pair_prefix = got
+            got = self._pair_prefix = got.astype(np.int32)
+        return got
+
+    def walk_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """int64 copies of ``(child_lo, child_cnt, node_byte)`` for the sparse walks' gathers
+        (no per-level conversions), built once."""
+        got = getattr(self, "_walk_arrays", None)
+        if got is None:
+            got = self._walk_arrays = (self.child_lo.astype(np.int64), self.child_cnt.astype(np.int64),
+                                       self.node_byte.astype(np.int64))
         return got
 
     def node_of_tokens(self) -> np.ndarray:

@@ -20,17 +20,26 @@ def walk_from(trans: np.ndarray, trie: TokenTrie, nodes: np.ndarray, states: np.
     the given ``src`` values); the start nodes themselves are not included.
     """
     flat = trans.reshape(-1)
+    child_lo, child_cnt, node_byte = trie.walk_arrays()
     src = np.arange(nodes.size, dtype=np.int64) if src is None else src.astype(np.int64)
     node = nodes.astype(np.int64)
     st = states.astype(np.int64)
     out_src, out_node, out_st = [], [], []
     while src.size:
-        kids, owner = expand(trie.child_lo[node].astype(np.int64), trie.child_cnt[node])
-        if kids.size == 0:
+        # NOTE: expand() inlined over int64 copies: fewer numpy calls per depth (first visits
+        # walk a few dozen pairs, where each call's overhead is most of the cost)
+        cnt = child_cnt[node]
+        ends = np.cumsum(cnt)
+        total = int(ends[-1])
+        if total == 0:
             break
-        nst = flat[st[owner] * 256 + trie.node_byte[kids]]
-        live = nst != 0
-        src, node, st = src[owner[live]], kids[live], nst[live].astype(np.int64)
+        owner = np.repeat(np.arange(node.size), cnt)
+        kids = np.repeat(child_lo[node] - ends + cnt, cnt)
+        kids += np.arange(total)
+        nst = flat[(st << 8)[owner] + node_byte[kids]]
+        live = np.flatnonzero(nst)
+        owner = owner[live]
+        src, node, st = src[owner], kids[live], nst[live].astype(np.int64)
         out_src.append(src)
         out_node.append(node)
         out_st.append(st)
