@@ -18,6 +18,11 @@ from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 
 MAX_TERMINALS = 5000
+# A ref-free piece larger than this (``Walk.size``) that holds ``share`` fragments is lowered
+# structurally (each fragment a nonterminal) instead of as one terminal: an object of many optional
+# properties in order is one fragment per position, and as one DFA every position would carry a
+# trie of all the keys still allowed (quadratic; partial-mypy: over 100k states).
+SPLIT_SIZE = 1500
 
 
 def non_nullable(dfa: ByteDFA) -> ByteDFA | None:
@@ -120,7 +125,35 @@ class Lowering:
         self.order: list[str] = []  # named rules in the order first referenced
         self.shared: dict[object, int] = {}
         self.walk = Walk()
+        self.sizes = Walk()  # NOTE: apart from ``walk``: its share counts depend on the visit order
         self.symbols: dict[int, tuple[Node, int | None]] = {}
+        self._split: dict[int, tuple[Node, bool]] = {}
+        self._shares: dict[int, tuple[Node, bool]] = {}
+
+    def split(self, node: Node) -> bool:
+        """Whether ``node`` is lowered structurally: it has a rule reference, or it is a large
+        piece with ``share`` fragments (see ``SPLIT_SIZE``)."""
+        got = self._split.get(id(node))
+        if got is None:
+            out = self.walk.has_ref(node) or (node[0] in ("cat", "alt", "rep", "scope", "cold", "share")
+                                               and self._has_share(node) and self.sizes.size(node) > SPLIT_SIZE)
+            got = self._split[id(node)] = (node, out)
+        return got[1]
+
+    def _has_share(self, node: Node) -> bool:
+        got = self._shares.get(id(node))
+        if got is None:
+            kind = node[0]
+            if kind == "share":
+                out = True
+            elif kind in ("cat", "alt"):
+                out = any(self._has_share(n) for n in node[1])
+            elif kind in ("rep", "scope", "cold"):
+                out = self._has_share(node[1])
+            else:
+                out = False
+            got = self._shares[id(node)] = (node, out)
+        return got[1]
 
     def build(self, root: Node, ignore: list[Node] = ()) -> CFG:
         start = self.cfg.nt("<start>")
@@ -162,23 +195,13 @@ class Lowering:
         return got[1]
 
     def _symbol(self, node: Node) -> int | None:
-        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.split(node):
             node = node[1]
         kind = node[0]
         if kind == "ref":
             return -(self._named(node[1]) + 1)
-        if not self.walk.has_ref(node):
-            dfa = dfa_from_ast(node)
-            if dfa.start == 0:
-                return None
-            nn = non_nullable(dfa)
-            if not dfa.accept[dfa.start]:
-                return self.cfg.terminal(dfa)
-            aux = self.cfg.nt("<opt>")
-            self.cfg.prods.append((aux, ()))
-            if nn is not None:
-                self.cfg.prods.append((aux, (self.cfg.terminal(nn),)))
-            return -(aux + 1)
+        if not self.split(node):
+            return self.leaf(node)
         if kind == "share":
             got = self.shared.get(node[1])
             if got is None:
@@ -192,6 +215,21 @@ class Lowering:
         else:
             for s in self.alts(node):
                 self.cfg.prods.append((aux, tuple(s)))
+        return -(aux + 1)
+
+    def leaf(self, node: Node) -> int | None:
+        """The symbol of a ref-free ``node`` as one terminal DFA (an optional nonterminal when it
+        matches the empty string; None when it matches nothing)."""
+        dfa = dfa_from_ast(node)
+        if dfa.start == 0:
+            return None
+        nn = non_nullable(dfa)
+        if not dfa.accept[dfa.start]:
+            return self.cfg.terminal(dfa)
+        aux = self.cfg.nt("<opt>")
+        self.cfg.prods.append((aux, ()))
+        if nn is not None:
+            self.cfg.prods.append((aux, (self.cfg.terminal(nn),)))
         return -(aux + 1)
 
     def _rep(self, aux: int, item: Node, lo: int, hi: int | None) -> None:
@@ -216,7 +254,7 @@ class Lowering:
 
     def seq(self, node: Node) -> list[int] | None:
         """One alternative: the node as a symbol sequence, ref-free runs merged into terminals."""
-        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.split(node):
             node = node[1]
         items = node[1] if node[0] == "cat" else (node,)
         out: list[int] = []
@@ -224,7 +262,8 @@ class Lowering:
 
         def flush() -> bool:
             if run:
-                s = self.symbol(("cat", tuple(run)) if len(run) > 1 else run[0])
+                # NOTE: a run as one terminal, not split again (a large cat of small pieces)
+                s = self.leaf(("cat", tuple(run))) if len(run) > 1 else self.symbol(run[0])
                 run.clear()
                 if s is None:
                     return False
@@ -232,7 +271,7 @@ class Lowering:
             return True
 
         for it in items:
-            if self.walk.has_ref(it):
+            if self.split(it):
                 if not flush():
                     return None
                 s = self.symbol(it)
@@ -244,19 +283,23 @@ class Lowering:
         return out if flush() else None
 
     def alts(self, node: Node) -> list[list[int]]:
-        while node[0] in ("scope", "cold") and self.walk.has_ref(node):
+        while node[0] in ("scope", "cold") and self.split(node):
             node = node[1]
         if node[0] != "alt":
             s = self.seq(node)
             return [] if s is None else [s]
-        plain = [it for it in node[1] if not self.walk.has_ref(it)]
+        plain = [it for it in node[1] if not self.split(it)]
         out = []
         if plain:
-            s = self.seq(("alt", tuple(plain)) if len(plain) > 1 else plain[0])
+            if len(plain) > 1:
+                x = self.leaf(("alt", tuple(plain)))
+                s = None if x is None else [x]
+            else:
+                s = self.seq(plain[0])
             if s is not None:
                 out.append(s)
         for it in node[1]:
-            if self.walk.has_ref(it):
+            if self.split(it):
                 s = self.seq(it)
                 if s is not None:
                     out.append(s)

@@ -272,7 +272,7 @@ class ContainerMixin:
             memo: dict[tuple[int, int], Node] = {}
 
             def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
-                ck = c if counted else 1
+                ck = (c if hi_p is not None else min(c, lo_p)) if counted else 1  # NOTE: past minProperties, uncounted
                 if (i, ck) in memo:
                     return memo[(i, ck)]
                 if i == n:
@@ -297,7 +297,7 @@ class ContainerMixin:
         tails: dict[tuple[int, bool], Node] = {}
 
         def shared_extras(c: int, first: bool) -> Node:  # one fragment per count (if counted)
-            key = (c if counted else 0, first)
+            key = ((c if hi_p is not None else min(c, lo_p)) if counted else 0, first)
             if key not in tails:
                 node = extras(c, first)
                 tails[key] = ("share", (uid, "x", key), node) if node not in (EMPTY, NOTHING) else node
