@@ -49,6 +49,13 @@ class OverlapScheduler(Scheduler):
 
     def step(self) -> list[Req]:
         if self.inflight is None:
+            jump = self._jump_from_sync()
+            if jump is not None:  # NOTE: pending jump-forward extends restart the overlap
+                self._checked_idle = False
+                self.ran_batch = True
+                self.cur_batch = jump[0]
+                self.inflight = (jump[0], self._sample(jump[0], self._forward(*jump)))
+                return self._take_aborted()
             batch = self._select_batch()
             aborted = self._take_aborted()
             self.ran_batch = batch is not None
@@ -174,9 +181,39 @@ class OverlapScheduler(Scheduler):
         # NOTE: a jumped request's KV stays at its kv_len (prev's row of it is dropped); its row
         # covers the token it sampled before the jump and the forced tokens.
         spans = [(s.req.kv_len, s.req.num_tokens) if j else (s.end, s.end + 1) for s, j in zip(prev.slices, jumped)]
+        return self._extend_rows([s.req for s in prev.slices], spans, jumped, next_ids)
+
+    def _jump_from_sync(self):
+        """With no step in flight, running requests waiting for their jump-forward extend and
+        nothing to admit: every running request's pending tokens (a jumped request's sampled and
+        forced tokens, the others' last sampled token) as one jump step launched overlapped, or
+        None. Without it, a step after which any of many constrained requests jumps would run
+        synchronously (a prefill batch), and with requests jumping at different times the
+        overlap could not restart."""
+        running = self.running
+        if self.waiting or self.chunked_req is not None or not running or not any(r.needs_extend for r in running):
+            return None
+        reqs = list(running)
+        facts = DecodeFacts.of(reqs)
+        if not facts.grammar or facts.needs_host_logits():
+            return None
+        spans = [(r.kv_len, r.num_tokens) for r in reqs]
+        if any(hi <= lo for lo, hi in spans):
+            return None
+        got = self._extend_rows(reqs, spans, [True] * len(reqs), None)
+        if got is not None:
+            got[0].facts = facts
+        return got
+
+    def _extend_rows(self, reqs: list, spans: list[tuple[int, int]], jumped: list[bool],
+                     next_ids: torch.Tensor | None):
+        """A verify-style EXTEND batch of running ``reqs`` over positions ``spans`` and its input
+        ids on the device: a jumped row's tokens come from the host, the others' one token from
+        ``next_ids`` (the previous step's sampled ids, device); None when the batch would not
+        replay through a CUDA graph (on CUDA) or KV is short."""
         lens = [hi - lo for lo, hi in spans]
-        probe = ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(s.req, lo, hi, True) for s, (lo, hi) in
-                                                    zip(prev.slices, spans)], verify=True)
+        probe = ScheduleBatch(ForwardMode.EXTEND, [ReqSlice(r, lo, hi, True) for r, (lo, hi) in zip(reqs, spans)],
+                              verify=True)
         runner = self.runner
         if runner.cuda_graph is not None and not runner._flat_decode_ok(probe):
             return None
@@ -184,7 +221,7 @@ class OverlapScheduler(Scheduler):
         if got is None:
             return None
         slots, host = got
-        rows = [s.req.req_pool_idx for s, n in zip(prev.slices, lens) for _ in range(n)]
+        rows = [r.req_pool_idx for r, n in zip(reqs, lens) for _ in range(n)]
         self.req_to_token_pool.write_batch(rows, [p for lo, hi in spans for p in range(lo, hi)], slots)
         ids, sampled_at, take, off = [], [], [], 0
         for i, (s, j, (lo, hi)) in enumerate(zip(probe.slices, jumped, spans)):
@@ -197,9 +234,10 @@ class OverlapScheduler(Scheduler):
                 sampled_at.append(off)
                 take.append(i)
             off += hi - lo
-        input_ids = to_device(ids, next_ids.device)  # NOTE: pinned: a pageable copy waits for the GPU
+        device = next_ids.device if next_ids is not None else runner.device
+        input_ids = to_device(ids, device)  # NOTE: pinned: a pageable copy waits for the GPU
         if take:
-            at, src = to_device([sampled_at, take], next_ids.device)
+            at, src = to_device([sampled_at, take], device)
             input_ids[at] = next_ids[src].to(input_ids.dtype)
         probe.out_cache_loc, probe.host_loc = slots, host
         self.jump_steps += 1

@@ -190,7 +190,9 @@ class SchedulerServer:
             st = self.scheduler.stats
             self._trace.mark("turn", n=len(reqs), prefill=st.prompt_tokens - st.cached_tokens,
                              running=len(self.scheduler.running), mask_s=self.scheduler.grammar.mask_seconds,
-                             jumps=getattr(self.scheduler, "jump_steps", 0))
+                             jumps=getattr(self.scheduler, "jump_steps", 0),
+                             overlap=getattr(self.scheduler, "inflight", None) is not None,
+                             mode=getattr(getattr(self.scheduler.cur_batch, "mode", None), "name", ""))
         if not reqs or self.rank != 0:
             return
         batch = BatchTokenIDOut([], self._snapshot())
