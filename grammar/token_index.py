@@ -35,6 +35,7 @@ from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-e
 
 REGION_CYCLE = 7  # cycles up to this many bytes (content, \\uXXXX, content) stay inside a loop region
 FEW_NARROW = 4  # first visits of up to this many narrow states try Python walks first
+FEW_LIVE = 16  # ... and those with this few live bytes before their two-byte cost (cold: 15-100 us)
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
 TALL_SHARE = 2  # depth-limited shift matches: the long tokens' trie under 1/TALL_SHARE of the walk
@@ -122,6 +123,10 @@ class DfaIndex:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
         cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
+        if todo and len(todo) <= FEW_NARROW and self.accept is None:  # NOTE: see FEW_LIVE
+            few = [s for s, c in zip(todo, cheap) if not c and self.n_live[s] <= FEW_LIVE]
+            if few and len(self._few(few)) < len(few):
+                todo, cheap = [s for s in todo if s not in self.masks], [c for s, c in zip(todo, cheap) if s not in self.masks]
         new = [s for s, c in zip(todo, cheap) if not c and s not in self._cost2]
         if len(new) > 1:  # NOTE: batched (an eager compile asks hundreds), same integers
             self._cost2.update(zip(new, pair_costs(self.trans, self.trie, np.asarray(new, np.int64)).tolist()))
