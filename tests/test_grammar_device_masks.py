@@ -69,8 +69,9 @@ def test_reference_equals_trie_walk(vocab, kind, source, monkeypatch) -> None:
         assert np.array_equal(got[i].numpy(), g.engine.mask(s)), s
 
 
-def test_triton_kernel_equals_reference(dev, monkeypatch) -> None:
-    comp = _compiler("smollm2")
+@pytest.mark.parametrize("vocab", _vocabs())
+def test_triton_kernel_equals_reference(vocab, dev, monkeypatch) -> None:
+    comp = _compiler(vocab)
     info = comp.tokenizer_info
     g = _lazy(comp, "regex", REGEX, monkeypatch)
     states = np.asarray([g.engine.initial(), *range(2, min(g.engine.dfa.n_states, 5))], dtype=np.int64)
