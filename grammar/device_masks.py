@@ -31,6 +31,7 @@ import torch
 
 MAX_TRANS_BYTES = 256 << 20  # a larger transition table stays on the host path
 MAX_ROWS_BYTES = 256 << 20  # row cache per grammar and device
+computed = [0]  # rows computed on a device so far, all grammars (for tests and traces)
 
 
 def enabled() -> bool:
@@ -114,6 +115,7 @@ class DeviceDfaMasks:
                     pick = torch.from_numpy(np.flatnonzero(acc)).to(self.device, non_blocking=True)
                     masks[pick] |= self._stop
                 self._rows[first:need] = masks
+                computed[0] += len(todo)
                 for i, s in enumerate(todo):
                     slot[s] = first + i
             out = np.fromiter((slot[s] for s in states.tolist()), dtype=np.int64, count=states.size)

@@ -160,3 +160,28 @@ def test_overlap_jump_steps_match_synchronous_path(tiny_llama):
             results.append(([o["output_ids"] for o in outs], getattr(e.scheduler, "jump_steps", 0)))
     assert results[1][0] == results[0][0]
     assert results[1][1] > 0
+
+
+def test_device_first_visit_masks_keep_constrained_outputs(tiny_llama, monkeypatch):
+    """DFA grammars too large to precompute get first-visit masks from the DFA-over-vocabulary
+    kernel (grammar/device_masks.py): greedy constrained outputs equal those of host-computed masks,
+    and the device path did compute rows."""
+    import radixlm.grammar.dfa_engine as dfa_engine
+    from radixlm.grammar import device_masks
+    from radixlm.runtime.engine import Engine
+
+    monkeypatch.setattr(dfa_engine, "EAGER_STATES", 0)  # NOTE: every DFA state is a first visit
+    params = [{**GREEDY, "ignore_eos": False, "max_new_tokens": 48, "regex": r"[A-Z][a-z]{1,8}( [a-z]{2,9}){2,7}\."},
+              {**GREEDY, "ignore_eos": False, "max_new_tokens": 48,
+               "json_schema": '{"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, '
+                              '"tags": {"type": "array", "items": {"type": "string", "maxLength": 8}}}, '
+                              '"required": ["name", "tags"]}'}]
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("RADIXLM_DEVICE_MASKS", flag)
+        before = device_masks.computed[0]
+        with Engine(tiny_llama, device="cuda", dtype="float32", max_total_tokens=8192) as e:
+            outs = e.generate(PROMPTS, [params[i % 2] for i in range(len(PROMPTS))])
+        results.append(([o["output_ids"] for o in outs], device_masks.computed[0] - before))
+    assert results[1][0] == results[0][0]
+    assert results[0][1] == 0 and results[1][1] > 0
