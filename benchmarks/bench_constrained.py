@@ -185,11 +185,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--json-schema", default=None, metavar="FILE",
+                   help="the json_schema mode's schema (default: SCHEMA above); outputs validate against it")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--output-file", default=None, help="append the markdown table here")
     p.add_argument("--no-matched", dest="matched", action="store_false",
                    help="skip the free run at each constrained mode's output lengths")
     a = p.parse_args(argv)
+    if a.json_schema:
+        global SCHEMA
+        with open(a.json_schema) as f:
+            SCHEMA = json.load(f)
+        MODES["json_schema"] = {"json_schema": json.dumps(SCHEMA)}
     if a.write_config:
         from benchmarks.bench_offline import write_config  # noqa: PLC0415
 
