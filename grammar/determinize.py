@@ -167,8 +167,7 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         cols, owner = expand(runs[:, 1], width)
         trans[runs[owner, 0], cols] = runs[owner, 3]
     for first, fresh, lut, dfa, _ in bulk_rows:
-        # NOTE: mode="clip" (every index is a state of ``dfa``, below ``lut.size``): "raise" with
-        # ``out`` gathers into a temporary first, then copies
+        # NOTE: mode="clip" (indices are states of ``dfa``): "raise" with ``out`` copies via a temporary
         np.take(lut, dfa.trans[fresh], out=trans[first : first + fresh.size], mode="clip")
     accept = np.zeros(n_ids, dtype=bool)
     accept[accepting] = True
