@@ -125,6 +125,7 @@ def apply_token_bitmask(logits, bitmask, indices=None) -> None:
 
 
 def dfa_token_mask(trans, states, tokens, words):
+    """int32 ``[k, words]`` token masks of byte-DFA ``states`` (see ``dfa_mask.py``)."""
     fn = _dfa_mask.dfa_token_mask_triton if use_triton(trans) else _dfa_mask.dfa_token_mask_ref
     return fn(trans, states, tokens, words)
 
