@@ -42,6 +42,8 @@ STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see 
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
 PY_MASK_COST = 1500  # terminal states with fewer trie nodes below their live bytes: ... too
+STEP_CACHE = 200_000  # memoized byte steps (and interned states) before the memos start over
+_UNSEEN = object()
 
 
 class EarleyState:
@@ -80,6 +82,11 @@ class EarleyEngine:
         self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
         self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
+        self._steps: dict[tuple[EarleyState, int], EarleyState | None] = {}  # see advance
+        self._tokens: dict[tuple[EarleyState, bytes], EarleyState | None] = {}  # ... per token
+        self._states: dict[EarleyState, EarleyState] = {}  # interned states (see _step)
+        self._forced: dict[tuple[EarleyState, int], bytes] = {}  # see forced_bytes
+        self._live: dict[tuple[int, int], tuple[int, ...]] = {}  # (terminal, state) -> live bytes
         self._eager_masks()
         self._initial = self._start_state()
         if not self._initial.threads and not self._initial.accepting:
@@ -150,23 +157,51 @@ class EarleyEngine:
         return self._initial
 
     def advance(self, state: EarleyState, data: bytes) -> EarleyState | None:
-        threads = state.threads
-        accepting = state.accepting
+        """The state after ``data`` (None: refused). Each byte step is memoized per ``(state,
+        byte)`` (:meth:`_step`) and each whole ``(state, data)``: a token met before from
+        ``state`` costs one dict lookup."""
+        key = (state, data)
+        got = self._tokens.get(key, _UNSEEN)
+        if got is not _UNSEEN:
+            return got
+        memo = self._steps
         for b in data:
-            nxt: set[Thread] = set()
-            accepting = False
-            for col, t, q in threads:
-                q2 = self.rows[t][q][b]
-                if q2:
-                    nxt.add((col, t, q2))
-                    if self.accept[t][q2]:
-                        more, acc = self.spawn(col, t)
-                        nxt |= more
-                        accepting = accepting or acc
-            if not nxt:
-                return None
-            threads = frozenset(nxt)
-        return EarleyState(threads, accepting)
+            nxt = memo.get((state, b), _UNSEEN)
+            if nxt is _UNSEEN:
+                nxt = self._step(state, b)
+            if nxt is None:
+                state = None
+                break
+            state = nxt
+        if len(self._tokens) >= STEP_CACHE:
+            self._tokens.clear()
+        self._tokens[key] = state
+        return state
+
+    def _step(self, state: EarleyState, b: int) -> EarleyState | None:
+        """One byte from ``state``, computed and memoized; new states are interned (equal states
+        are one object, so the memo's and the mask table's lookups compare by identity)."""
+        nxt: set[Thread] = set()
+        accepting = False
+        rows, accept = self.rows, self.accept
+        for col, t, q in state.threads:
+            q2 = rows[t][q][b]
+            if q2:
+                nxt.add((col, t, q2))
+                if accept[t][q2]:
+                    more, acc = self.spawn(col, t)
+                    nxt |= more
+                    accepting = accepting or acc
+        out = None
+        if nxt:
+            out = EarleyState(frozenset(nxt), accepting)
+            out = self._states.setdefault(out, out)
+        if len(self._steps) >= STEP_CACHE:
+            self._steps.clear()
+            self._states.clear()
+            self._forced.clear()
+        self._steps[(state, b)] = out
+        return out
 
     def accepting(self, state: EarleyState) -> bool:
         return state.accepting
@@ -340,12 +375,20 @@ class EarleyEngine:
         return tok[tok >= 0].astype(np.int64), distinct(found[accept])
 
     def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
+        """The bytes forced from ``state`` (one way to continue, not accepting), up to ``limit``;
+        memoized per state."""
+        key = (state, limit)
+        got = self._forced.get(key)
+        if got is None:
+            got = self._forced[key] = self._forced_walk(state, limit)
+        return got
+
+    def _forced_walk(self, state: EarleyState, limit: int) -> bytes:
         out = bytearray()
         while len(out) < limit and not state.accepting:
             options: set[int] = set()
             for _, t, q in state.threads:
-                row = self.terms[t].trans[q]
-                options.update(np.nonzero(row)[0].tolist())
+                options.update(self._live_bytes(t, q))
                 if len(options) > 1:
                     break
             if len(options) != 1:
@@ -357,3 +400,10 @@ class EarleyEngine:
             out.append(b)
             state = nxt
         return bytes(out)
+
+    def _live_bytes(self, t: int, q: int) -> tuple[int, ...]:
+        """Bytes with a live transition from state ``q`` of terminal ``t`` (cached)."""
+        got = self._live.get((t, q))
+        if got is None:
+            got = self._live[(t, q)] = tuple(np.flatnonzero(self.terms[t].trans[q]).tolist())
+        return got
