@@ -24,6 +24,7 @@ from radixlm.grammar.ast import Node
 from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
+from radixlm.grammar.earley_forced import ForcedBytes
 from radixlm.grammar.earley_walk import StackedDfas, TableWalker, distinct
 from radixlm.grammar.narrow_walk import TrieView, trie_view
 from radixlm.grammar.errors import GrammarError
@@ -64,7 +65,7 @@ class EarleyState:
                 and self.threads == other.threads)
 
 
-class EarleyEngine:
+class EarleyEngine(ForcedBytes):
     def __init__(self, cfg: CFG, info: TokenizerInfo, regions: RegionCache) -> None:
         self.cfg = cfg
         self.info = info
@@ -80,6 +81,8 @@ class EarleyEngine:
         self.stacked = StackedDfas(self.terms, STACK_TERMINAL_STATES, STACK_STATES)
         self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
         self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
+        self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # see _root
+        self._bound_ids: dict[bytes, int] = {}
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
         self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
         self._steps: dict[tuple[EarleyState, int], EarleyState | None] = {}  # see advance
@@ -239,7 +242,7 @@ class EarleyEngine:
             more, _ = self.spawn(col, t)
             if not more:
                 continue
-            key = (t, q, more)  # NOTE: the crossing depends on the column only through ``more``
+            key = (self._root(t, q), more)  # NOTE: depends on the column only through ``more``
             hit = self._crossing.get(key)
             if hit is None:
                 todo[key] = (t, q, more)
@@ -253,17 +256,27 @@ class EarleyEngine:
             got.extend(v for v in new.values() if v.size)
         return got
 
+    def _root(self, t: int, q: int) -> tuple[int, int]:
+        """The path root of thread state ``(t, q)``: ``(-1, id of its boundary nodes)``. Walks and
+        crossings below a boundary depend on its nodes only, and the states of a counting chain
+        (a ``maxLength`` string) far from its end share one set of boundary nodes."""
+        got = self._roots.get((t, q))
+        if got is None:
+            nodes = self.index[t].boundary(q).tobytes()
+            got = self._roots[(t, q)] = (-1, self._bound_ids.setdefault(nodes, len(self._bound_ids)))
+        return got
+
     def _walk_crossings(self, roots: dict[tuple, tuple[int, int, frozenset[Thread]]]) -> dict[tuple, np.ndarray]:
         """Crossing tokens of each root ``(t, q, spawned threads)``, one trie level of the spawn
         tree at a time: every walk of a level not cached yet is done in one batch.
 
         NOTE: the walk below a boundary depends only on the terminal path that produced it (the
-        root's ``(terminal, state)``, then each spawned ``(terminal, start state)``), never on
+        root's boundary nodes, see :meth:`_root`, then each spawned ``(terminal, start state)``), never on
         Earley columns; columns only decide which threads are spawned. So walks are cached per
         path and shared by every column, state and request of the grammar.
         """
         found: dict[tuple, list[np.ndarray]] = {key: [] for key in roots}
-        frontier = [(key, (t, q), self.index[t].boundary(q), more) for key, (t, q, more) in roots.items()]
+        frontier = [(key, key[0], self.index[t].boundary(q), more) for key, (t, q, more) in roots.items()]
         depth = 0
         while frontier and depth <= self.trie.max_depth:
             walks = self._paths_for(frontier)
@@ -373,37 +386,3 @@ class EarleyEngine:
         """``(tokens, end nodes)`` of a walk: ``found`` nodes (int64), ``accept`` bool per node."""
         tok = self.trie.node_token[found]
         return tok[tok >= 0].astype(np.int64), distinct(found[accept])
-
-    def forced_bytes(self, state: EarleyState, limit: int = 4096) -> bytes:
-        """The bytes forced from ``state`` (one way to continue, not accepting), up to ``limit``;
-        memoized per state."""
-        key = (state, limit)
-        got = self._forced.get(key)
-        if got is None:
-            got = self._forced[key] = self._forced_walk(state, limit)
-        return got
-
-    def _forced_walk(self, state: EarleyState, limit: int) -> bytes:
-        out = bytearray()
-        while len(out) < limit and not state.accepting:
-            options: set[int] = set()
-            for _, t, q in state.threads:
-                options.update(self._live_bytes(t, q))
-                if len(options) > 1:
-                    break
-            if len(options) != 1:
-                break
-            b = options.pop()
-            nxt = self.advance(state, bytes([b]))
-            if nxt is None:
-                break
-            out.append(b)
-            state = nxt
-        return bytes(out)
-
-    def _live_bytes(self, t: int, q: int) -> tuple[int, ...]:
-        """Bytes with a live transition from state ``q`` of terminal ``t`` (cached)."""
-        got = self._live.get((t, q))
-        if got is None:
-            got = self._live[(t, q)] = tuple(np.flatnonzero(self.terms[t].trans[q]).tolist())
-        return got
