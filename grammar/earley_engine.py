@@ -43,7 +43,7 @@ STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see 
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
 PY_MASK_COST = 1500  # terminal states with fewer trie nodes below their live bytes: ... too
-STEP_CACHE = 200_000  # memoized byte steps (and interned states) before the memos start over
+STEP_CACHE = 200_000  # memoized advances (and interned states) before the memos start over
 _UNSEEN = object()
 
 
@@ -85,8 +85,7 @@ class EarleyEngine(ForcedBytes):
         self._bound_ids: dict[bytes, int] = {}
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
         self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
-        self._steps: dict[tuple[EarleyState, int], EarleyState | None] = {}  # see advance
-        self._tokens: dict[tuple[EarleyState, bytes], EarleyState | None] = {}  # ... per token
+        self._tokens: dict[tuple[EarleyState, bytes], EarleyState | None] = {}  # see advance
         self._states: dict[EarleyState, EarleyState] = {}  # interned states (see _step)
         self._forced: dict[tuple[EarleyState, int], bytes] = {}  # see forced_bytes
         self._live: dict[tuple[int, int], tuple[int, ...]] = {}  # (terminal, state) -> live bytes
@@ -160,50 +159,40 @@ class EarleyEngine(ForcedBytes):
         return self._initial
 
     def advance(self, state: EarleyState, data: bytes) -> EarleyState | None:
-        """The state after ``data`` (None: refused). Each byte step is memoized per ``(state,
-        byte)`` (:meth:`_step`) and each whole ``(state, data)``: a token met before from
-        ``state`` costs one dict lookup."""
+        """The state after ``data`` (None: refused), memoized per ``(state, data)``: a token met
+        before from ``state`` costs one dict lookup. New states are interned (equal states are
+        one object, so the memo's and the mask table's lookups compare by identity)."""
         key = (state, data)
         got = self._tokens.get(key, _UNSEEN)
         if got is not _UNSEEN:
             return got
-        memo = self._steps
+        threads = state.threads
+        accepting = state.accepting
+        rows, accept = self.rows, self.accept
+        out: EarleyState | None = state
         for b in data:
-            nxt = memo.get((state, b), _UNSEEN)
-            if nxt is _UNSEEN:
-                nxt = self._step(state, b)
-            if nxt is None:
-                state = None
+            nxt: set[Thread] = set()
+            accepting = False
+            for col, t, q in threads:
+                q2 = rows[t][q][b]
+                if q2:
+                    nxt.add((col, t, q2))
+                    if accept[t][q2]:
+                        more, acc = self.spawn(col, t)
+                        nxt |= more
+                        accepting = accepting or acc
+            if not nxt:
+                out = None
                 break
-            state = nxt
+            threads = frozenset(nxt)
+        if out is not None and data:
+            out = EarleyState(threads, accepting)
+            out = self._states.setdefault(out, out)
         if len(self._tokens) >= STEP_CACHE:
             self._tokens.clear()
-        self._tokens[key] = state
-        return state
-
-    def _step(self, state: EarleyState, b: int) -> EarleyState | None:
-        """One byte from ``state``, computed and memoized; new states are interned (equal states
-        are one object, so the memo's and the mask table's lookups compare by identity)."""
-        nxt: set[Thread] = set()
-        accepting = False
-        rows, accept = self.rows, self.accept
-        for col, t, q in state.threads:
-            q2 = rows[t][q][b]
-            if q2:
-                nxt.add((col, t, q2))
-                if accept[t][q2]:
-                    more, acc = self.spawn(col, t)
-                    nxt |= more
-                    accepting = accepting or acc
-        out = None
-        if nxt:
-            out = EarleyState(frozenset(nxt), accepting)
-            out = self._states.setdefault(out, out)
-        if len(self._steps) >= STEP_CACHE:
-            self._steps.clear()
             self._states.clear()
             self._forced.clear()
-        self._steps[(state, b)] = out
+        self._tokens[key] = out
         return out
 
     def accepting(self, state: EarleyState) -> bool:
