@@ -6,8 +6,10 @@ step time (each decode row of a step waits the whole step: its p50 / p99 approxi
     python benchmarks/mixed_steps.py --model-path /tmp/l8b --tokenizer-path .device/deepseek-llm \\
         --load gsp [--server-arg mixed_chunk_size=1024]
 
-Loads: ``gsp`` (8 groups x 64 prompts, 2,048-token shared prefix + 128 own, 256 out) and
-``random`` (512 x 1024 / 256), all requests at once, dummy weights, greedy, ``ignore_eos``.
+Loads: ``gsp`` (8 groups x 64 prompts, 2,048-token shared prefix + 128 own, 256 out),
+``random`` (512 x 1024 / 256) and ``burst`` (128 x 27 / 256: bench_constrained's shape), all
+requests at once or ``--arrivals-per-step K`` before each step, dummy weights, greedy,
+``ignore_eos``. ``--show N`` prints the first N steps.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def loads(name: str, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
     if name == "gsp":
         prefixes = [ids(2048) for _ in range(8)]
         return [(p + ids(128), 256) for _ in range(64) for p in prefixes]
+    if name == "burst":
+        return [(ids(27), 256) for _ in range(128)]
     return [(ids(1024), 256) for _ in range(512)]
 
 
@@ -38,7 +42,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--tokenizer-path", required=True)
-    ap.add_argument("--load", choices=["gsp", "random"], default="gsp")
+    ap.add_argument("--load", choices=["gsp", "random", "burst"], default="gsp")
+    ap.add_argument("--arrivals-per-step", type=int, default=0, help="0: every request before the first step")
+    ap.add_argument("--show", type=int, default=0, help="print the first N steps")
     ap.add_argument("--vocab", type=int, default=100000)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--max-requests", type=int, default=None, help="first N requests of the load (smoke runs)")
@@ -68,13 +74,17 @@ def main() -> None:
         sched.step()
     sync()
     picked.clear()
-    for i, (ids, out) in enumerate(loads(a.load, a.vocab)[: a.max_requests]):
-        sched.add_request(Req(f"r{i}", ids, SamplingParams(max_new_tokens=out, temperature=0, ignore_eos=True)))
+    pending = [Req(f"r{i}", ids, SamplingParams(max_new_tokens=out, temperature=0, ignore_eos=True))
+               for i, (ids, out) in enumerate(loads(a.load, a.vocab)[: a.max_requests])]
+    per_step = a.arrivals_per_step or len(pending)
     cache = os.environ.get("TRITON_CACHE_DIR")
     seen = set(glob.glob(f"{cache}/*/*.json")) if cache else set()
     steps = []
     t_start = time.perf_counter()
-    while sched.has_work():
+    while pending or sched.has_work():
+        for r in pending[:per_step]:
+            sched.add_request(r)
+        del pending[:per_step]
         t0 = time.perf_counter()
         sched.step()
         sync()
@@ -92,6 +102,8 @@ def main() -> None:
                 print("compiled in step", len(steps), steps[-1] if steps else None, meta.get("name"),
                       {k: v for k, v in meta.items() if k in ("constants", "specialization", "attrs")})
     total = time.perf_counter() - t_start
+    for k, st in enumerate(steps[: a.show]):
+        print("step", k, st)
     print(f"load {a.load}, args {extra}: {len(steps)} steps, {total:.2f} s")
     print("| kind | steps | prefill tokens p50 / max | decode rows p50 | step ms p50 / p90 / max |")
     print("|---|---|---|---|---|")
