@@ -126,9 +126,13 @@ class ShiftClasses:
     reach): those tokens fare alike from both states, by the same lockstep argument over their
     ``L <= D`` transitions. Single-writer (the DfaIndex that owns it)."""
 
-    def __init__(self, ptr: np.ndarray, col: np.ndarray, dst: np.ndarray, trie: TokenTrie) -> None:
+    def __init__(self, ptr: np.ndarray, col: np.ndarray, dst: np.ndarray, trie: TokenTrie,
+                 accept: np.ndarray | None = None) -> None:
         """``ptr``, ``col``, ``dst``: the DFA's rows as byte runs (state ``q``'s runs
-        ``ptr[q]:ptr[q+1]`` start at bytes ``col`` and go to states ``dst``, 0 dead)."""
+        ``ptr[q]:ptr[q+1]`` start at bytes ``col`` and go to states ``dst``, 0 dead). ``accept``
+        (bool per state), when given, is part of every row's key (each run's target acceptance):
+        matched states then also agree on where along a token the DFA accepts
+        (:mod:`radixlm.grammar.chain_share`)."""
         n = ptr.size - 1
         self.ahead = 0  # 0: no classes (nothing ever matches); else the longest full-depth window
         self.hits = 0
@@ -151,7 +155,10 @@ class ShiftClasses:
         self.high = {d: highs[d - 1] for d in self.levels}
         self.low = reach_low(e_src[e_rel], e_dst[e_rel], n, depth - 1)
         self.ahead = int((self.high[depth] - np.arange(n)).max())
-        keys = row_keys(ptr, col, np.where(rel, off - (MAX_STEP + 1), dst))  # NOTE: relative codes < 0 < states
+        enc = np.where(rel, off - (MAX_STEP + 1), dst)  # NOTE: relative codes < 0 < states
+        if accept is not None:
+            enc = enc * 2 + accept[dst]
+        keys = row_keys(ptr, col, enc)
         rnd = np.random.default_rng(0).integers(1, 2**63, size=2 * n + 1, dtype=np.uint64)  # NOTE: ids < 2n
         powers = np.cumprod(np.full(n, _P, dtype=np.uint64))  # P^(i+1), wrapping
         inv = np.cumprod(np.full(n, pow(_P, -1, 1 << 64), dtype=np.uint64))

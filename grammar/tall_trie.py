@@ -49,7 +49,8 @@ def tall_trie(trie: TokenTrie, depth: int) -> TokenTrie:
     """The nodes of ``trie`` with a node deeper than ``depth`` in their subtree, as a trie (same
     breadth-first order); only tokens longer than ``depth`` bytes keep their node (and their
     byte-duplicates), shorter ones are left out; ``long_ids`` (int64) lists those tokens and
-    ``long_nodes`` their nodes. Cached on ``trie`` per ``depth``."""
+    ``long_nodes`` their nodes, ``old`` (int64) maps its nodes to ``trie``'s and ``deep_nodes``
+    (int64) lists its nodes deeper than ``depth``. Cached on ``trie`` per ``depth``."""
     cache = trie.__dict__.setdefault("_tall", {})
     got = cache.get(depth)
     if got is not None:
@@ -75,6 +76,8 @@ def tall_trie(trie: TokenTrie, depth: int) -> TokenTrie:
                                    trie.dup_token[dup_long], trie.dup_of[dup_long])
     got.long_ids = ids[long_tok]  # NOTE: every token longer than ``depth`` (duplicates too) ...
     got.long_nodes = token_node[got.long_ids].astype(np.intp)  # ... and its node in the tall trie
+    got.old = old.astype(np.int64)
+    got.deep_nodes = np.flatnonzero(depths[old] > depth)  # NOTE: every node of trie deeper than depth
     cache[depth] = got
     return got
 

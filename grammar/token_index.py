@@ -23,12 +23,12 @@ import hashlib
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
+from radixlm.grammar.chain_share import share_by_depth, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.state_costs import pair_cost, pair_costs
-from radixlm.grammar.tall_trie import short_mask, tall_trie
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-exported)
@@ -228,29 +228,15 @@ class DfaIndex:
         return True
 
     def _shared(self, s: int) -> bool:
-        """Take the mask of wide state ``s`` from a known state of its shift class
-        (:mod:`radixlm.grammar.shift_classes`), whole or for the tokens up to some length
-        (:meth:`_by_depth`); False (nothing set) when none matches."""
-        t = self._shifts.match(s)
-        if t >= 0 and t in self.masks:
-            self.masks[s] = self.masks[t]
-            return True
-        return self._by_depth(s)
+        """Take the mask (and boundary nodes) of wide state ``s`` from a known state of its shift
+        class (:mod:`radixlm.grammar.chain_share`), whole or for the tokens up to some length;
+        False (nothing set) when none matches."""
+        return share_whole(self, s) or self._by_depth(s)
 
     def _by_depth(self, s: int) -> bool:
-        """Mask of ``s`` as ``(mask(t) & short(D)) | long(s, D)`` (:mod:`radixlm.grammar.tall_trie`)
-        for a known ``t`` matching ``s`` up to ``D`` bytes (``s`` is registered); else False."""
-        t, d = self._shifts.match_depth(s)
-        if t < 0 or t not in self.masks:
-            return False
-        tall = tall_trie(self.trie, d)
-        if TALL_SHARE * tall.n_nodes >= self.cost2(s):
-            return False
-        st = dense_walk(self.trans, tall, s)
-        long_tokens = pack_ids(tall.long_ids[st[tall.long_nodes] != 0], self.words)
-        self.masks[s] = (self.masks[t] & short_mask(self.trie, d, self.words)) | long_tokens
-        self._shifts.register(s)
-        return True
+        """Mask (and boundary nodes) of ``s`` from a known state matching it up to some token length,
+        the longer tokens walked (:func:`~radixlm.grammar.chain_share.share_by_depth`); else False."""
+        return share_by_depth(self, s, TALL_SHARE)
 
     def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one
@@ -319,10 +305,10 @@ class DfaIndex:
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():
-            if self._shifts is None and self.accept is None:
+            if self._shifts is None:
                 # NOTE: built on the first wide state off any cycle (a chain's copy, maybe)
                 ptr, dst, col = self._runs
-                self._shifts = ShiftClasses(ptr, col, dst, self.trie)
+                self._shifts = ShiftClasses(ptr, col, dst, self.trie, self.accept)
             return self._single(s)
         # canonical numbering: BFS from s inside the region, targets in byte order.
         inside = set(region)
