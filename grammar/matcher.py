@@ -195,25 +195,21 @@ def fill_batch_bitmask(matchers: list["GrammarMatcher | None"], bitmask: torch.T
         if compiled.masks.words != bitmask.shape[1]:
             raise ValueError(f"grammar masks have {compiled.masks.words} words, bitmask {bitmask.shape[1]}")
         rows = np.asarray(rows, dtype=np.int64)
+        table = compiled.masks
         cache = device_cache(compiled, bitmask.device) if on_device else None
-        if cache is not None:
-            known = compiled.masks.known_rows(states)
-            miss = known < 0
-            if miss.any():
-                tables.append(cache)
-                ids.append(cache.slots(np.asarray(states, dtype=object)[miss].astype(np.int64)))
-                pos.append(rows[miss])
-                if miss.all():
-                    continue
-                tables.append(compiled.masks)
-                ids.append(known[~miss])
-                pos.append(rows[~miss])
-                continue
-            tables.append(compiled.masks)
-            ids.append(known)
+        if cache is None:
+            tables.append(table)
+            ids.append(table.row_ids(states))
             pos.append(rows)
             continue
-        tables.append(compiled.masks)
-        ids.append(compiled.masks.row_ids(states))
-        pos.append(rows)
+        known = table.known_rows(states)  # NOTE: rows the host has; the others come from the device
+        miss = known < 0
+        if miss.any():
+            tables.append(cache)
+            ids.append(cache.slots(np.fromiter((s for s, m in zip(states, miss) if m), np.int64, int(miss.sum()))))
+            pos.append(rows[miss])
+        if not miss.all():
+            tables.append(table)
+            ids.append(known[~miss])
+            pos.append(rows[~miss])
     gather_rows(tables, ids, bitmask, pos)

@@ -46,7 +46,10 @@ def check_json_schema(schema: str | dict | bool) -> str:
     if isinstance(schema, str):
         text = schema
     elif isinstance(schema, (dict, bool)):
-        text = json.dumps(schema)
+        try:
+            text = json.dumps(schema)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise ValueError(f"json_schema is not JSON-serializable: {e}") from None
     else:
         raise ValueError("json_schema must be a JSON object")
     if len(text) > MAX_GRAMMAR_CHARS:

@@ -143,5 +143,7 @@ def test_json_schema_verdict_is_cached_per_text() -> None:
         check_json_schema('{"type": ')
     with pytest.raises(ValueError, match="must be a JSON object"):
         check_json_schema("[1]")
+    with pytest.raises(ValueError, match="not JSON-serializable"):
+        check_json_schema({"type": "object", "default": object()})
     after = _schema_problem.cache_info()
     assert after.misses - before.misses == 4 and after.hits - before.hits >= 3
