@@ -85,23 +85,29 @@ def profile_step(a: argparse.Namespace, path: str, name: str) -> None:
         for _ in range(a.iters):
             graph.replay()
         torch.cuda.synchronize()
+    print(f"{name} dims, batch {bs} (graph {n}), context {ctx}, {torch.cuda.get_device_name()}, "
+          f"{runner.cfg.num_hidden_layers} layers")
+    kernel_table(prof, a.iters, step_ms * 1000, runner.cfg.num_hidden_layers, a.top)
+    runner.release()
+
+
+def kernel_table(prof, steps: int, step_us: float, layers: int, top: int) -> None:
+    """Print the CUDA kernels of a ``torch.profiler`` capture of ``steps`` steps: per kernel name
+    the device time per step (us), launches per step and us per launch, longest first, after a
+    line with the step's wall time ``step_us``, the kernel sum and the gaps between them."""
     rows = {}
     for e in prof.events():
         if e.device_type.name != "CUDA":
             continue
         t, c = rows.get(e.name, (0.0, 0))
         rows[e.name] = (t + e.device_time, c + 1)
-    total = sum(t for t, _ in rows.values()) / a.iters
-    launches = sum(c for _, c in rows.values()) / a.iters
-    print(f"{name} dims, batch {bs} (graph {n}), context {ctx}, {torch.cuda.get_device_name()}, "
-          f"{runner.cfg.num_hidden_layers} layers")
-    print(f"step (CUDA events): {step_ms * 1000:.1f} us; sum of kernel times {total:.1f} us; "
-          f"{launches:.0f} kernels / step ({launches / runner.cfg.num_hidden_layers:.1f} per layer); "
-          f"gaps {step_ms * 1000 - total:.1f} us")
+    total = sum(t for t, _ in rows.values()) / steps
+    launches = sum(c for _, c in rows.values()) / steps
+    print(f"step: {step_us:.1f} us; sum of kernel times {total:.1f} us; "
+          f"{launches:.0f} kernels / step ({launches / layers:.1f} per layer); gaps {step_us - total:.1f} us")
     print("| kernel | us / step | launches / step | us / launch |\n|---|---:|---:|---:|")
-    for k, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[: a.top]:
-        print(f"| {k[:90]} | {t / a.iters:.1f} | {c / a.iters:.0f} | {t / c:.2f} |")
-    runner.release()
+    for k, (t, c) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"| {k[:90]} | {t / steps:.1f} | {c / steps:.0f} | {t / c:.2f} |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -31,6 +31,13 @@ MAX_RUNNING_REQUESTS_RANGE = (16, 1024)
 CUDA_GRAPH_DEFAULT_MAX_BS = 512
 # Extend slices up to this many tokens may run as decode rows through the decode CUDA graphs.
 FLAT_DECODE_MAX_SLICE = 16
+# An EXTEND batch past cuda_graph_max_extend_tokens still replays the decode graphs, one row per
+# new token, while those rows read at most this many KV bytes in all (row p reads positions 0..p,
+# which the extend kernel reads once per query tile), since an eager step pays ~0.5-1 ms of host
+# launches per layer whatever its size. H200, batch 1 (benchmarks/bench_prefill_graph.py), eager
+# vs graphs: 8B dims, 512 fresh tokens (16.8 GB of reads) 16.5 vs 17.5 ms; 8B, 128 tokens after a
+# 256-token prefix (5.2 GB) 15.4 vs 7.8 ms; 135M, 512 after 256 (6 GB) 14.0 vs 3.8 ms.
+FLAT_DECODE_KV_BYTES = 8 << 30
 
 # Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
 # sampling slices in batch.slices) -> None; masks the logits in place.
@@ -93,6 +100,8 @@ class ModelRunner:
         rows = self.max_running_requests + 8  # NOTE: headroom for requests being admitted/finished
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
         pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
+        self.kv_bytes_per_token = KVPool.bytes_per_token(c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim,
+                                                         self.dtype)
         self.attn_backend = AttentionBackend(
             self.model.tp.num_heads, self.model.tp.num_kv_heads, c.head_dim, c.layer_windows
         )
@@ -104,8 +113,7 @@ class ModelRunner:
         set_skinny_gemm(SKINNY_GEMM_DEFAULT and not args.speculative_algorithm)
         self.cascade = None
         if args.enable_cascade_attention:
-            kv_bytes = 2 * self.model.tp.num_kv_heads * c.head_dim * torch.empty((), dtype=self.dtype).element_size()
-            self.cascade = CascadePlanner(kv_bytes)
+            self.cascade = CascadePlanner(self.kv_bytes_per_token // c.num_hidden_layers)
         self.cuda_graph = None
         if self.device.type == "cuda" and not args.disable_cuda_graph:
             from radixlm.runtime.cuda_graph import CudaGraphRunner
@@ -218,15 +226,27 @@ class ModelRunner:
     def _flat_decode_ok(self, batch: ScheduleBatch) -> bool:
         """A small EXTEND batch (a short prefill, speculative verify rows, jump-forward tokens, a
         mixed batch's decodes with a short prefill) replays a decode CUDA graph instead of running
-        eagerly: within ``cuda_graph_max_extend_tokens`` (and the graph capacity) any slices,
-        beyond it only slices of at most FLAT_DECODE_MAX_SLICE tokens."""
+        eagerly: within the graph capacity, slices of at most FLAT_DECODE_MAX_SLICE tokens, or
+        what :meth:`flat_decode_fits` allows."""
         if batch.mode != ForwardMode.EXTEND or self.cuda_graph is None:
             return False
-        n = batch.num_tokens
-        if not self.cuda_graph.can_run(n):
+        if all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices) and self.cuda_graph.can_run(batch.num_tokens):
+            return True
+        return self.flat_decode_fits(batch.num_tokens, [(s.start, s.end) for s in batch.slices])
+
+    def flat_decode_fits(self, rows: int, spans: Sequence[tuple[int, int]]) -> bool:
+        """Whether an EXTEND batch of ``rows`` new tokens (decode rows included), whose slices
+        cover positions ``[start, end)`` of their requests, replays the decode CUDA graphs: within
+        the graph capacity, and ``rows <= cuda_graph_max_extend_tokens`` (None: any) or, unless
+        that is 0, the rows read at most FLAT_DECODE_KV_BYTES of KV (a row at position ``p``
+        reads ``p + 1`` tokens' KV). False without CUDA graphs."""
+        if self.cuda_graph is None or not self.cuda_graph.can_run(rows):
             return False
         limit = self.args.cuda_graph_max_extend_tokens
-        return (limit is None or n <= limit) or all(s.length <= FLAT_DECODE_MAX_SLICE for s in batch.slices)
+        if limit is None or rows <= limit:
+            return True
+        kv_tokens = sum((e * (e + 1) - b * (b + 1)) // 2 for b, e in spans if e - b > 1)
+        return limit > 0 and kv_tokens * self.kv_bytes_per_token <= FLAT_DECODE_KV_BYTES
 
     def _replay_decode(self, batch: ScheduleBatch, input_ids: torch.Tensor | None):
         """A DECODE batch through its CUDA graph (one row per request)."""

@@ -22,6 +22,9 @@ from radixlm.runtime.scheduler_recovery import abort_bad_grammars
 # Default mixed-batch prefill: this many tokens for a model of MIXED_CHUNK_PARAMS parameters per
 # rank, scaled inversely with the model's size (see ServerArgs.mixed_chunk_size).
 MIXED_CHUNK_TOKENS, MIXED_CHUNK_PARAMS = 2048, 8e9
+# A mixed step stops admitting where it would outgrow the decode CUDA graphs when at most this
+# many requests wait, with at most twice the graphs' rows of tokens in all (see _flat_rows).
+FLAT_WAITING_MAX = 64
 
 
 class PrefillAdmission:
@@ -133,6 +136,7 @@ class PrefillAdmission:
             candidates = [r for r in self.waiting if not r.isolate]
         # NOTE: O(1) per candidate: the running requests' remaining tokens are summed once and
         # grow by each admitted request's; requests leave the queue in one pass after the loop.
+        flat = self._flat_rows(candidates, slices)
         remaining = None
         taken: set[int] = set()
         sharing: set = set()  # (match node, next tokens) of this batch's requests: see _admit
@@ -151,6 +155,8 @@ class PrefillAdmission:
                 continue
             if not ready:
                 continue
+            if flat is not None and admitted and self._leaves_graphs(*flat, slices, req):
+                break  # NOTE: the rest waits a step; this one replays the decode graphs
             if remaining is None:
                 remaining = sum(map(self._remaining_decode, self.running))
             own = self._remaining_decode(req)
@@ -174,6 +180,30 @@ class PrefillAdmission:
             return None
         batch = ScheduleBatch(ForwardMode.EXTEND, slices)
         return self._finalize(batch, self._mix_decodes(batch) if self.args.enable_mixed_chunk else None)
+
+    def _flat_rows(self, candidates: list[Req], slices: list[ReqSlice]) -> tuple[int, int] | None:
+        """(rows, decode rows): the rows (decode rows included) past which a mixed step stops
+        admitting, and its decode rows; or None (admit as the token budget allows). A few short arrivals beside running decodes
+        (at most FLAT_WAITING_MAX waiting requests, their tokens and the decodes at most twice the
+        decode graphs' rows) then replay the graphs over a step or two instead of one eager step,
+        whose host launches cost several times its GPU work: H200, Llama-3.1-8B dims, 486 prefill
+        tokens of 18 prompts beside 18-108 decodes took 33-59 ms eagerly (benchmarks/mixed_steps.py
+        --load burst), 16 ms of it kernels. Larger queues keep eager chunks (GPU-efficient)."""
+        graphs = self.runner.cuda_graph
+        if graphs is None or not self.args.enable_mixed_chunk or len(candidates) > FLAT_WAITING_MAX:
+            return None
+        decodes = sum(1 for r in self.running if not (r.needs_extend or r.isolate))
+        if not decodes:
+            return None
+        total = decodes + sum(s.length for s in slices) + sum(r.num_tokens for r in candidates)
+        return (graphs.max_bs, decodes) if graphs.max_bs < total <= 2 * graphs.max_bs else None
+
+    def _leaves_graphs(self, flat_rows: int, decodes: int, slices: list[ReqSlice], req: Req) -> bool:
+        """Whether admitting ``req`` (its whole prompt, at most) takes a step that replays the
+        decode graphs (``slices`` and ``decodes`` rows, within ``flat_rows``) past them."""
+        rows = decodes + sum(s.length for s in slices)
+        return (rows + req.num_tokens > flat_rows
+                and self.runner.flat_decode_fits(rows, [(s.start, s.end) for s in slices]))
 
     def _mix_decodes(self, batch: ScheduleBatch):
         """Mixed batch: append a one-token decode slice for every running request, so a prefill

@@ -44,8 +44,11 @@ class ServerArgs:
             cost dominates short prefills; slices of at most 16 tokens always may. Default 256
             (H200, batch 1, TTFT eager -> graph: 135M dims 13.7 -> 2.4 ms at 256 new tokens; 8B
             dims 17.6 -> 7.1 ms at 128 but 16.5 -> 17.5 ms at 512, where the per-row attention
-            reads cost more than the launches saved); ``None``: up to the largest captured
-            graph; ``0``: only the short slices.
+            reads cost more than the launches saved); beyond it a batch still may while its
+            rows read at most ``FLAT_DECODE_KV_BYTES`` (8 GiB) of KV (short prompts: a burst of
+            27-token prompts beside decodes, 8B dims, 19 ms per mixed step instead of 29 ms), and
+            a mixed step then stops admitting a few short arrivals at the graphs' rows;
+            ``None``: up to the largest captured graph; ``0``: only the short slices.
         enable_cascade_attention: decode rows whose requests share a cached prefix read its KV
             once per chunk of rows (cascade attention, ``runtime/cascade.py``; vLLM's cascade
             attention, FlashInfer's cascade inference). ``None`` (default): on when the device

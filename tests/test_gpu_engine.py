@@ -185,3 +185,54 @@ def test_device_first_visit_masks_keep_constrained_outputs(tiny_llama, monkeypat
         results.append(([o["output_ids"] for o in outs], device_masks.computed[0] - before))
     assert results[1][0] == results[0][0]
     assert results[0][1] == 0 and results[1][1] > 0
+
+
+def test_burst_beside_decodes_replays_decode_graphs(tiny_llama, monkeypatch):
+    """Short prompts arriving while requests decode, more rows than the decode graphs hold (but
+    fewer than twice as many): the mixed step stops admitting at the graphs' capacity and replays
+    them (prefill slices past FLAT_DECODE_MAX_SLICE, past cuda_graph_max_extend_tokens, within
+    the KV-read budget); greedy outputs equal those of eager mixed steps."""
+    import random
+
+    from radixlm.runtime.model_runner import FLAT_DECODE_MAX_SLICE, ModelRunner
+    from radixlm.runtime.request import Req
+    from radixlm.runtime.sampling_params import SamplingParams
+    from radixlm.runtime.scheduler import Scheduler
+    from radixlm.runtime.server_args import ServerArgs
+    from radixlm.runtime.tokenizer import load_tokenizer
+
+    flat_prefills = []
+    flat = ModelRunner._forward_flat_decode
+    monkeypatch.setattr(ModelRunner, "_forward_flat_decode", lambda self, b, ids=None: flat_prefills.append(
+        max(s.length for s in b.slices)) or flat(self, b, ids))
+    rng = random.Random(0)
+    first = [[rng.randrange(10, 1000) for _ in range(rng.randrange(5, 30))] for _ in range(8)]
+    burst = [[rng.randrange(10, 1000) for _ in range(rng.randrange(18, 26))] for _ in range(4)]
+
+    def run(**kw) -> list[list[int]]:
+        args = ServerArgs(model_path=tiny_llama, device="cuda", dtype="float32", max_total_tokens=8192,
+                          max_running_requests=64, cuda_graph_max_bs=64, **kw)
+        tok, eos = load_tokenizer(tiny_llama, tiny_llama)
+        runner = ModelRunner(args, tiny_llama, eos)
+        sched = Scheduler.create(args, runner, tok)
+        reqs = [Req(f"r{i}", ids, SamplingParams(max_new_tokens=24, temperature=0, ignore_eos=True))
+                for i, ids in enumerate(first + burst)]
+        try:
+            for r in reqs[:8]:
+                sched.add_request(r)
+            for _ in range(3):
+                sched.step()
+            for r in reqs[8:]:  # NOTE: 4 x ~22 tokens beside 8 decodes: past 64 rows, within 128
+                sched.add_request(r)
+            while sched.has_work():
+                sched.step()
+        finally:
+            runner.release()
+        return [list(r.output_ids) for r in reqs]
+
+    reference = run(cuda_graph_max_extend_tokens=0)
+    assert max(flat_prefills, default=0) <= FLAT_DECODE_MAX_SLICE
+    flat_prefills.clear()
+    assert run(cuda_graph_max_extend_tokens=8) == reference
+    assert max(flat_prefills) > FLAT_DECODE_MAX_SLICE  # burst prompts rode the graphs
+    assert len({tuple(o) for o in reference}) > 6  # outputs vary across requests
