@@ -7,26 +7,17 @@ import os
 from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, cold, opt, rep
-from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
-from radixlm.grammar.dfa_ops import difference_finite, minimize, product, union
+from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
+from radixlm.grammar.json_lexical import string_literal
 from radixlm.grammar.json_orders import ANY_ORDER_HOT, SORTED_ORDERS, _hot_skips, sorted_order, window_order  # noqa: F401
-from radixlm.grammar.regex_parser import MAX_CP
 from radixlm.grammar.json_scalars import content_dfa
 from radixlm.grammar.json_unique import finite_items, unique_array
+from radixlm.grammar.json_extras import EXTRA_DEPTH, EXTRA_DEPTH_ROOT, IMPLICIT, ExtrasMixin, _any_key  # noqa: F401
 
 
-# NOTE: an unspecified additionalProperties (JSON Schema: any undeclared key is allowed) lets any
-# undeclared key follow the declared ones, its value any JSON value (in a single-DFA schema with
-# arrays / objects nested at most EXTRA_DEPTH_ROOT levels in an outermost object, EXTRA_DEPTH in
-# the objects inside it: a sound restriction; the automaton of a value doubles with each level, and
-# the outermost object is converted once while inner ones may be many). RADIXLM_JSON_EXTRAS=0
-# restores the strict mode of constrained decoding (no undeclared keys unless allowed explicitly).
-IMPLICIT = "x-implicit-additional"
 ANY_RULE = "__json_value"  # in a grammar, the rule of any JSON value
-EXTRA_DEPTH = 1
-EXTRA_DEPTH_ROOT = 3
 # Declared properties may come in any order (JSON Schema does not constrain it) when the automaton
 # of all orders stays small: at most ANY_ORDER_MAX properties and ANY_ORDER_BUDGET fragments beyond
 # the schema-order object; schema-order paths keep precomputed masks up to ANY_ORDER_HOT times the
@@ -40,23 +31,10 @@ ANY_ORDER_BUDGET = 8_000
 RELAX_BUDGET = 2_000
 SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys
 PAIR_RULE_SIZE = 400  # in a grammar, a declared pair larger than this is a rule (orders share it)
-_EXTRA_VALUES: dict[tuple, Node] = {}
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
 
 
-def _any_key() -> ByteDFA:
-    """Any object key, each character in a ``json.dumps`` encoding only (raw, or ``\\uXXXX`` for
-    controls, quotes, backslashes and non-ASCII): a declared key then has no other spelling
-    (``"\\u0061"`` is not an undeclared key next to a declared ``"a"``)."""
-    if not _ANY_KEY:
-        _ANY_KEY.append(dfa_from_ast(cat(QUOTE, rep(encoded_char(((0, MAX_CP),)), 0, None), QUOTE)))
-    return _ANY_KEY[0]
-
-
-_ANY_KEY: list[ByteDFA] = []
-
-
-class ContainerMixin:
+class ContainerMixin(ExtrasMixin):
     """``array`` and ``object`` of :class:`radixlm.grammar.json_schema.SchemaConverter`."""
 
     comma: Node
@@ -133,46 +111,6 @@ class ContainerMixin:
         both = product(dfa_from_ast(out), dfa_from_ast(found), "and")
         return ("dfa", both) if both.start else NOTHING
 
-    def _extra_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any) -> Node:
-        """Key/value pairs of undeclared keys: a key matching exactly one ``patternProperties``
-        pattern takes that pattern's schema (keys matching several are left out: sound), any other
-        key takes ``additionalProperties``; all keys must satisfy ``propertyNames``."""
-        if addl is False and not pats:
-            return NOTHING
-        # NOTE: one automaton of all the declared keys, determinized at once
-        declared = dfa_from_ast(alt(*(string_literal(k) for k in props))) if props else None
-        names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
-        classes = []
-        for p, d in pat_dfas.items():
-            others = [o for q, o in pat_dfas.items() if q != p]
-            classes.append((d, others, pats[p]))
-        if addl is not False:
-            classes.append((_any_key(), list(pat_dfas.values()), addl))
-        out = []
-        for key, banned, value_schema in classes:
-            if value_schema is False:
-                continue
-            if declared is not None and not banned:
-                key = difference_finite(key, declared)  # NOTE: the common case, without patterns
-            elif declared is not None or banned:
-                key = product(key, union(banned + [declared] if declared is not None else banned), "diff")
-            if names_dfa is not None:
-                key = product(key, names_dfa, "and")
-            if not key.start:
-                continue
-            if value_schema is IMPLICIT:
-                value = self.extra_value()
-            else:
-                depth = self.obj_depth
-                self.obj_depth = depth + 1  # NOTE: objects in the value are inner objects
-                try:
-                    value = self.node(value_schema)
-                finally:
-                    self.obj_depth = depth
-            if value != NOTHING:
-                out.append(cat(("dfa", key), self.colon, value))
-        return alt(*out)
-
     def _pair(self, kv: Node) -> Node:
         """A declared ``key: value`` pair as an embedded DFA (memoized per process by its AST; cold
         states of a nested object stay cold): the any-order copies of an object, and the objects
@@ -182,22 +120,6 @@ class ContainerMixin:
             return kv
         got = dfa_from_ast(kv)
         return ("dfa", got) if got.start else NOTHING
-
-    def extra_value(self) -> Node:
-        """The value of an implicit additional property (see ``IMPLICIT``): any JSON value, in a
-        single-DFA schema nested at most ``EXTRA_DEPTH_ROOT`` levels in an outermost object and
-        ``EXTRA_DEPTH`` in the objects inside it."""
-        if self.grammar_mode:
-            return self.any_value()
-        levels = EXTRA_DEPTH_ROOT if self.obj_depth == 0 else EXTRA_DEPTH
-        key = (self.comma, self.colon, self.inner, levels)
-        got = _EXTRA_VALUES.get(key)
-        if got is None:  # NOTE: the same automaton for every schema with these separators
-            inner: Node | None = None
-            for _ in range(levels + 1):
-                inner = ("dfa", minimize(dfa_from_ast(self._any(inner))))
-            got = _EXTRA_VALUES[key] = inner
-        return got
 
     def object(self, s: dict) -> Node:
         props = dict(s.get("properties", {}))
@@ -266,9 +188,15 @@ class ContainerMixin:
             more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
             return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
 
-        def ordered(seq: list[tuple[Node, bool]], tag: int) -> Node:
+        # NOTE: undeclared pairs also between declared ones (uncounted objects; in the schema-order
+        # and sorted copies, json_extras), "$schema" first in the outermost object
+        relax = SORTED_ORDERS.get()  # NOTE: off in a second compile of a schema too large with them
+        gap = self.gap_pairs(props, pats, pat_dfas, addl, names, 2 * n) if relax and not counted else None
+        lead = self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None
+
+        def ordered(seq: list[tuple[Node, bool]], tag: int, lead: Node | None = None) -> Node:
             """The body with the entries of ``seq`` in that order (each optional one may be
-            skipped), then the undeclared pairs."""
+            skipped), then the undeclared pairs; ``lead``: a pair written before them."""
             memo: dict[tuple[int, int], Node] = {}
 
             def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
@@ -280,6 +208,7 @@ class ContainerMixin:
                 else:
                     kv, req = seq[i]
                     take = cat(self.comma, kv, rest(i + 1, c + 1)) if hi_p is None or c < hi_p else NOTHING
+                    take = cat(gap, take) if gap is not None and tag != 1 and take != NOTHING else take
                     out = take if req else alt(take, rest(i + 1, c))
                 out = ("share", (uid, tag, i, ck), out) if out not in (EMPTY, NOTHING) else out
                 memo[(i, ck)] = out
@@ -292,7 +221,7 @@ class ContainerMixin:
                 take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
                 return take if req else alt(take, first(i + 1))
 
-            return first(0)
+            return cat(lead, rest(0, 1)) if lead is not None and (hi_p is None or hi_p >= 1) else first(0)
 
         tails: dict[tuple[int, bool], Node] = {}
 
@@ -315,6 +244,7 @@ class ContainerMixin:
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
+        alpha = None
         if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold). Undeclared
             # keys stay after the declared ones: allowed first, they let a model open an object
@@ -323,6 +253,11 @@ class ContainerMixin:
             alpha = sorted_order(keys, entries)
             if alpha is not None and order_free is None:
                 body = alt(body, cold(ordered(alpha, 2)))
+        if lead is not None:  # NOTE: "$schema" first (outermost object), then in the orders above
+            led = self._any_order(entries, sizes, shared_extras, uid, hi_p, offset=1,
+                                  lead="lead" if counted else "join") if order_free else None
+            led = cat(lead, led) if led is not None else ordered(entries, 0, lead)
+            body = alt(body, cold(alt(led, ordered(alpha, 2, lead) if alpha and not order_free else NOTHING)))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))
@@ -349,7 +284,7 @@ class ContainerMixin:
 
     def _any_order(self, entries: list[tuple[Node, bool]], sizes: list[int], extras: Any, uid: int,
                    hi_p: int | None, offset: int = 0, max_n: int = ANY_ORDER_MAX,
-                   budget: int = ANY_ORDER_BUDGET) -> Node | None:
+                   budget: int = ANY_ORDER_BUDGET, lead: str | None = None) -> Node | None:
         """The object body with the declared ``entries`` (``(key: value node, required)``) in any
         order, each at most once, every required one present, then the undeclared pairs
         (``extras(count, first)``). One automaton state per set of emitted properties (a
@@ -357,7 +292,9 @@ class ContainerMixin:
         ``ANY_ORDER_MAX`` properties or ``ANY_ORDER_BUDGET`` added fragments, or with one
         property. Pairs out of schema order, or after a skipped required entry or more than
         ``_hot_skips`` skipped optional ones, are cold. ``offset``: pairs already written before
-        these (each entry then follows a comma); ``max_n``: the most entries."""
+        these (each entry then follows a comma); ``max_n``: the most entries; ``lead``: a
+        ``share`` tag for the body after a leading pair (``offset`` 1): past the first entry its
+        states are the plain body's when the object is not counted (``"join"``)."""
         n = len(entries)
         if n < (1 if offset else 2) or n > max_n:
             return None
@@ -385,7 +322,8 @@ class ContainerMixin:
             if done & need == need:
                 options.append(extras(count, count == 0))
             out = alt(*options)
-            out = ("share", (uid, "any", offset, done), out) if out not in (EMPTY, NOTHING) else out
+            tag = offset if lead is None else (0 if lead == "join" and done else lead)
+            out = ("share", (uid, "any", tag, done), out) if out not in (EMPTY, NOTHING) else out
             memo[done] = out
             return out
 

@@ -1,0 +1,168 @@
+"""Undeclared properties of JSON Schema objects (a mixin of the schema converter): their key/value
+pairs, the value of an implicit additional property, and two bounded relaxations of where they
+may stand among the declared ones.
+
+- **Between declared properties** (``gap_pairs``): JSON Schema does not order properties, and
+  hand-written instances put an undeclared key anywhere after the first one (``{"a": 1, "x": 2,
+  "b": 3}``). In an object without property counts, undeclared pairs may stand before any declared
+  pair but the first; the value of an implicit one is nested at most ``EXTRA_DEPTH`` levels there
+  (0 levels: scalars and empty containers, when the budget needs it; a sound restriction). Each
+  position copies the pair's automaton (in a grammar: one rule), so the pairs between declared
+  ones are allowed only while ``positions * size`` stays within ``GAP_BUDGET``; past it, and in
+  a schema compiled again without the extra orders (``SORTED_ORDERS``), undeclared pairs follow
+  the declared ones only (the previous behaviour). The object calls it for its schema-order and
+  sorted copies (not for the required-first one).
+- **``"$schema"`` first in the outermost object** (``schema_lead``): configuration files name their
+  schema in a first ``"$schema"`` key. Where that key is undeclared and allowed (by
+  ``additionalProperties`` / ``patternProperties`` / ``propertyNames``), the outermost object may
+  open with it, then continue as if one pair had been written (a definition the outermost object
+  shares through ``$ref`` with inner objects takes it there too: sound, the key is allowed).
+  Only this literal key: an object never opens with a free undeclared key (a model would open
+  it with a key of its own).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from radixlm.grammar.ast import NOTHING, Node, alt, cat, cold, rep
+from radixlm.grammar.automaton import ByteDFA, dfa_from_ast
+from radixlm.grammar.dfa_ops import difference_finite, minimize, product, union
+from radixlm.grammar.json_lexical import QUOTE, encoded_char, string_literal
+from radixlm.grammar.regex_parser import MAX_CP
+
+# NOTE: an unspecified additionalProperties (JSON Schema: any undeclared key is allowed) lets any
+# undeclared key follow the declared ones, its value any JSON value (in a single-DFA schema with
+# arrays / objects nested at most EXTRA_DEPTH_ROOT levels in an outermost object, EXTRA_DEPTH in
+# the objects inside it: a sound restriction; the automaton of a value doubles with each level, and
+# the outermost object is converted once while inner ones may be many).
+IMPLICIT = "x-implicit-additional"
+EXTRA_DEPTH = 1
+EXTRA_DEPTH_ROOT = 3
+GAP_BUDGET = 12_000  # positions * pair size of the undeclared pairs between declared ones
+LEAD_KEY = "$schema"
+_EXTRA_VALUES: dict[tuple, Node] = {}
+_ANY_KEY: list[ByteDFA] = []
+
+
+def _any_key() -> ByteDFA:
+    """Any object key, each character in a ``json.dumps`` encoding only (raw, or ``\\uXXXX`` for
+    controls, quotes, backslashes and non-ASCII): a declared key then has no other spelling
+    (``"\\u0061"`` is not an undeclared key next to a declared ``"a"``)."""
+    if not _ANY_KEY:
+        _ANY_KEY.append(dfa_from_ast(cat(QUOTE, rep(encoded_char(((0, MAX_CP),)), 0, None), QUOTE)))
+    return _ANY_KEY[0]
+
+
+class ExtrasMixin:
+    """Undeclared pairs of :class:`radixlm.grammar.json_schema.SchemaConverter` objects."""
+
+    comma: Node
+    colon: Node
+    inner: Node
+    obj_depth: int
+    grammar_mode: bool
+    rules: dict
+
+    def _extra_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any,
+                     levels: int | None = None) -> Node:
+        """Key/value pairs of undeclared keys: a key matching exactly one ``patternProperties``
+        pattern takes that pattern's schema (keys matching several are left out: sound), any other
+        key takes ``additionalProperties``; all keys must satisfy ``propertyNames``. ``levels``:
+        the nesting of an implicit pair's value (default: by the object's depth)."""
+        if addl is False and not pats:
+            return NOTHING
+        # NOTE: one automaton of all the declared keys, determinized at once
+        declared = dfa_from_ast(alt(*(string_literal(k) for k in props))) if props else None
+        names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
+        classes = []
+        for p, d in pat_dfas.items():
+            others = [o for q, o in pat_dfas.items() if q != p]
+            classes.append((d, others, pats[p]))
+        if addl is not False:
+            classes.append((_any_key(), list(pat_dfas.values()), addl))
+        out = []
+        for key, banned, value_schema in classes:
+            if value_schema is False:
+                continue
+            if declared is not None and not banned:
+                key = difference_finite(key, declared)  # NOTE: the common case, without patterns
+            elif declared is not None or banned:
+                key = product(key, union(banned + [declared] if declared is not None else banned), "diff")
+            if names_dfa is not None:
+                key = product(key, names_dfa, "and")
+            if not key.start:
+                continue
+            value = self._extra_value_of(value_schema, levels)
+            if value != NOTHING:
+                out.append(cat(("dfa", key), self.colon, value))
+        return alt(*out)
+
+    def _extra_value_of(self, value_schema: Any, levels: int | None) -> Node:
+        """The value node of an undeclared pair whose schema is ``value_schema``."""
+        if value_schema is IMPLICIT:
+            return self.extra_value(levels)
+        depth = self.obj_depth
+        self.obj_depth = depth + 1  # NOTE: objects in the value are inner objects
+        try:
+            return self.node(value_schema)
+        finally:
+            self.obj_depth = depth
+
+    def extra_value(self, levels: int | None = None) -> Node:
+        """The value of an implicit additional property (see ``IMPLICIT``): any JSON value, in a
+        single-DFA schema nested at most ``levels`` (default ``EXTRA_DEPTH_ROOT`` in an outermost
+        object and ``EXTRA_DEPTH`` in the objects inside it)."""
+        if self.grammar_mode:
+            return self.any_value()
+        if levels is None:
+            levels = EXTRA_DEPTH_ROOT if self.obj_depth == 0 else EXTRA_DEPTH
+        key = (self.comma, self.colon, self.inner, levels)
+        got = _EXTRA_VALUES.get(key)
+        if got is None:  # NOTE: the same automaton for every schema with these separators
+            inner: Node | None = None
+            for _ in range(levels + 1):
+                inner = ("dfa", minimize(dfa_from_ast(self._any(inner))))
+            got = _EXTRA_VALUES[key] = inner
+        return got
+
+    def gap_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any,
+                  positions: int) -> Node | None:
+        """Undeclared pairs that may stand before a declared pair (each after a comma, any
+        number, cold), or None where they do not fit ``GAP_BUDGET`` over ``positions`` copies or
+        no undeclared key is allowed."""
+        if positions == 0:
+            return None
+        for levels in range(EXTRA_DEPTH, -1, -1):  # NOTE: shallower values when over the budget
+            kv = self._extra_pairs(props, pats, pat_dfas, addl, names, levels=levels)
+            if kv == NOTHING:
+                return None
+            if self.grammar_mode and GAP_BUDGET:  # NOTE: one rule, referred to at every position
+                name = f"__gap{len(self.rules)}"
+                self.rules[name] = kv
+                return rep(cold(cat(self.comma, ("ref", name))), 0, None)
+            if positions * self.walk.size(kv) <= GAP_BUDGET:
+                return rep(cold(cat(self.comma, kv)), 0, None)
+            if addl is not IMPLICIT:
+                return None  # NOTE: an explicit schema's pairs do not get smaller
+        return None
+
+    def schema_lead(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any) -> Node | None:
+        """The pair ``"$schema": value`` that may open the outermost object (cold), or None where
+        the key is declared, not allowed, or the object is an inner one."""
+        if self.obj_depth != 0 or LEAD_KEY in props:
+            return None
+        text = json.dumps(LEAD_KEY)
+        if names is not None and not dfa_from_ast(self.node(names)).matches(text):
+            return None
+        matched = [pats[p] for p, d in pat_dfas.items() if d.matches(text)]
+        if len(matched) > 1:
+            return None  # NOTE: allOf of several pattern schemas: left out (sound)
+        value_schema = matched[0] if matched else addl
+        if value_schema is False:
+            return None
+        value = self._extra_value_of(value_schema, None)
+        if value == NOTHING:
+            return None
+        return cold(cat(string_literal(LEAD_KEY), self.colon, value))
