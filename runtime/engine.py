@@ -17,6 +17,7 @@ from radixlm.runtime.request import Req, build_req, sample_rids
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.scheduler_loop import run_scheduler_loop
+from radixlm.runtime.warmup import warm_up
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.tokenizer import encode_batch, load_tokenizer, make_output
 
@@ -63,6 +64,7 @@ class Engine:
         try:
             self.runner = ModelRunner(self.server_args, model_path, eos_ids)
             self.scheduler = Scheduler.create(self.server_args, self.runner, self.tokenizer)
+            warm_up(self.scheduler)
         except BaseException:
             if self._tp_procs:  # NOTE: the followers fail alike (same config); leave the group
                 from radixlm.runtime.tp_worker import stop_engine_followers

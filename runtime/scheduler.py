@@ -96,16 +96,24 @@ class Scheduler(PrefillAdmission):
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked_req: Req | None = None
+        self.tokenizer = tokenizer
+        self.reset_counters()
+        self.isolate_turn = 0  # alternation of isolated decode steps (scheduler_recovery)
+
+    def reset_counters(self) -> None:
+        """Start the statistics, the KV reservation ratio, the mixed-chunk cost model's history
+        and the speculative n-gram store afresh (at construction, and after the warm-up)."""
+        args = self.args
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.stats = SchedulerStats()
+        self._admitted_requests = 0
         self.spec_drafter = None  # speculative decoding (speculative_worker.py)
         if args.speculative_algorithm == "ngram":
             from radixlm.runtime.speculative_worker import NgramDrafter
 
             self.spec_drafter = NgramDrafter(args.speculative_num_draft_tokens, args.speculative_ngram_min_match_window_size,
-                                             args.speculative_ngram_max_match_window_size, tokenizer,
+                                             args.speculative_ngram_max_match_window_size, self.tokenizer,
                                              capacity=args.speculative_ngram_capacity)
-        self.isolate_turn = 0  # alternation of isolated decode steps (scheduler_recovery)
 
     # ------------------------------------------------------------------ API
     def add_request(self, req: Req) -> None:

@@ -53,6 +53,9 @@ class ServerArgs:
             once per chunk of rows (cascade attention, ``runtime/cascade.py``; vLLM's cascade
             attention, FlashInfer's cascade inference). ``None`` (default): on when the device
             resolves to CUDA; on CPU the torch reference would only add work.
+        skip_server_warmup: do not run the warm-up requests before serving on CUDA
+            (``runtime/warmup.py``: kernel compiles and first-use loads happen then instead of
+            inside the first user requests' steps).
         enable_mixed_chunk: mixed batches: a prefill chunk and one decode token of every running
             request share one forward, so arrivals do not stall decoding (default on).
         mixed_chunk_size: most prefill tokens of a mixed batch: every running request's next
@@ -125,6 +128,7 @@ class ServerArgs:
     cuda_graph_max_bs: int | None = None
     cuda_graph_max_extend_tokens: int | None = 256
     enable_cascade_attention: bool | None = None
+    skip_server_warmup: bool = False
     enable_mixed_chunk: bool = True
     mixed_chunk_size: int | None = None
     mixed_chunk_policy: str = "auto"

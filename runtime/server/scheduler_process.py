@@ -19,6 +19,7 @@ from radixlm.runtime import distributed as dist
 from radixlm.runtime.request import Req, build_req
 from radixlm.runtime.scheduler import Scheduler
 from radixlm.runtime.scheduler_loop import run_scheduler_loop
+from radixlm.runtime.warmup import warm_up
 from radixlm.runtime.server.io_struct import (
     AbortReq, BatchTokenIDOut, ControlReply, ControlReq, IpcPaths, MalformedMessage, SchedulerSnapshot,
     TokenIDOut, TokenizedGenerateReq, decode, encode,
@@ -46,6 +47,7 @@ class SchedulerServer:
         # NOTE: the server always has a tokenizer (ServerConfig rejects skip_tokenizer_init)
         self.runner = ModelRunner(args, args.model_path, eos_ids)
         self.scheduler = Scheduler.create(args, self.runner, self.tokenizer)
+        warm_up(self.scheduler)  # NOTE: before ready: no request meets the first compiles
         self.gate = GrammarGate(self.scheduler.grammar) if args.tp_size > 1 else None
         self.pending: list[Req] = []  # finished outside a step (add errors, aborts)
         self._last_prefills = 0
