@@ -233,6 +233,9 @@ class ContainerMixin(ExtrasMixin):
             return tails[key]
 
         order_free = self._any_order(entries, sizes, shared_extras, uid, hi_p)
+        alpha = None
+        if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET and order_free is None:
+            alpha = sorted_order(keys, entries)
         body = order_free if order_free is not None else ordered(entries, 0)
         if order_free is None and sum(sizes) <= ANY_ORDER_BUDGET:
             # NOTE: a second order, cold: the required properties in the order ``required`` lists
@@ -244,20 +247,17 @@ class ContainerMixin(ExtrasMixin):
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
-        alpha = None
-        if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET:
+        if alpha is not None:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold). Undeclared
-            # keys stay after the declared ones: allowed first, they let a model open an object
-            # with a key of its own (greedy SmolLM2 on a tree schema wrote {"The tree is a
-            # small, ancient tree ...} instead of {"label": ...}).
-            alpha = sorted_order(keys, entries)
-            if alpha is not None and order_free is None:
-                body = alt(body, cold(ordered(alpha, 2)))
+            # keys never come first: allowed there, they let a model open an object with a key
+            # of its own (greedy SmolLM2 on a tree schema wrote {"The tree is a small, ancient
+            # tree ...} instead of {"label": ...}).
+            body = alt(body, cold(ordered(alpha, 2)))
         if lead is not None:  # NOTE: "$schema" first (outermost object), then in the orders above
             led = self._any_order(entries, sizes, shared_extras, uid, hi_p, offset=1,
                                   lead="lead" if counted else "join") if order_free else None
             led = cat(lead, led) if led is not None else ordered(entries, 0, lead)
-            body = alt(body, cold(alt(led, ordered(alpha, 2, lead) if alpha and not order_free else NOTHING)))
+            body = alt(body, cold(alt(led, ordered(alpha, 2, lead) if alpha is not None else NOTHING)))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))

@@ -15,7 +15,8 @@ may stand among the declared ones.
 - **``"$schema"`` first in the outermost object** (``schema_lead``): configuration files name their
   schema in a first ``"$schema"`` key. Where that key is undeclared and allowed (by
   ``additionalProperties`` / ``patternProperties`` / ``propertyNames``), the outermost object may
-  open with it, then continue as if one pair had been written (a definition the outermost object
+  open with it (an implicit value nested at most ``EXTRA_DEPTH`` levels), then continue as if
+  one pair had been written (a definition the outermost object
   shares through ``$ref`` with inner objects takes it there too: sound, the key is allowed).
   Only this literal key: an object never opens with a free undeclared key (a model would open
   it with a key of its own).
@@ -162,7 +163,7 @@ class ExtrasMixin:
         value_schema = matched[0] if matched else addl
         if value_schema is False:
             return None
-        value = self._extra_value_of(value_schema, None)
+        value = self._extra_value_of(value_schema, EXTRA_DEPTH)  # NOTE: a URI in practice
         if value == NOTHING:
             return None
         return cold(cat(string_literal(LEAD_KEY), self.colon, value))

@@ -22,7 +22,7 @@ SMALL = {"type": "object", "properties": {"name": S, "id": I}, "required": ["nam
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("$schema first, then declared keys in any order (small object)", SMALL,
-     [{"$schema": "u", "name": "n"}, {"$schema": "u", "id": 1, "name": "n"}, {"$schema": {"v": [1]}, "name": "n"}],
+     [{"$schema": "u", "name": "n"}, {"$schema": "u", "id": 1, "name": "n"}, {"$schema": {"v": 1}, "name": "n"}],
      [{"$schema": "u"}, {"$schema": "u", "id": 1}, {"$schema": "u", "name": 1}]),
     ("$schema first in a large object, then schema order", {**SEVEN, "required": ["c"]},
      [{"$schema": "u", "a": 1, "c": 2}, {"$schema": "u", "c": 2, "x": 3}, {"$schema": "u", "b": 1, "c": 2, "g": 3}],
