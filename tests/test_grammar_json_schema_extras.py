@@ -1,9 +1,9 @@
-"""Undeclared properties between declared ones, and ``"$schema"`` first in the outermost object
-(``grammar/json_extras.py``; issue 12: SchemaStore documents name their schema in a first
-``"$schema"`` key and put undeclared keys anywhere). Token by token on the default model's
-vocabulary; the table is checked against ``jsonschema``. An object still never opens with a free
-undeclared key, and every undeclared pair still satisfies ``additionalProperties`` /
-``patternProperties`` / ``propertyNames``."""
+"""Undeclared properties between declared ones (implicit values there nested at most one
+level), and ``"$schema"`` first in the outermost object (``grammar/json_extras.py``; issue
+12: SchemaStore documents name their schema in a first ``"$schema"`` key and put undeclared keys
+anywhere). Token by token on the default model's vocabulary; the table is checked against
+``jsonschema``. An object still never opens with a free undeclared key, and every undeclared pair
+still satisfies ``additionalProperties`` / ``patternProperties`` / ``propertyNames``."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("$schema first counts toward maxProperties", {**SMALL, "maxProperties": 2},
      [{"$schema": "u", "name": "n"}, {"name": "n", "id": 1}], [{"$schema": "u", "name": "n", "id": 1}]),
     ("undeclared keys between declared ones", SEVEN,
-     [{"a": 1, "x": True, "b": 2}, {"a": 1, "x": [1], "y": {"k": None}, "c": 2, "z": 0},
+     [{"a": 1, "x": True, "b": 2}, {"a": 1, "x": [1], "y": {"k": None}, "c": 2, "z": {"k": [1]}},
       {"a": 1, "b": 2, "zz": "s", "g": 3}],
      [{"a": 1, "x": True, "b": "2"}, {"a": 1, "b": 2, "a2": 1, "c": "x"}]),
     ("undeclared keys between declared ones: additionalProperties schema",
