@@ -30,7 +30,7 @@ FLAT_WAITING_MAX = 64
 class PrefillAdmission:
     """Prefill-batch construction for :class:`~radixlm.runtime.scheduler.Scheduler`."""
 
-    _admitted_requests = 0  # requests admitted at least once (the mixed-chunk cost model's mean)
+    _admitted_requests: int  # requests admitted at least once (the mixed-chunk cost model's mean)
 
     @staticmethod
     def _remaining_decode(r: Req) -> int:
@@ -135,7 +135,8 @@ class PrefillAdmission:
         else:
             candidates = [r for r in self.waiting if not r.isolate]
         # NOTE: O(1) per candidate: the running requests' remaining tokens are summed once and
-        # grow by each admitted request's; requests leave the queue in one pass after the loop.
+        # grow by each admitted request's; requests leave the queue in one pass after the loop
+        # (_leaves_graphs is O(slices), only while at most FLAT_WAITING_MAX requests wait).
         flat = self._flat_rows(candidates, slices)
         remaining = None
         taken: set[int] = set()
@@ -183,9 +184,10 @@ class PrefillAdmission:
 
     def _flat_rows(self, candidates: list[Req], slices: list[ReqSlice]) -> tuple[int, int] | None:
         """(rows, decode rows): the rows (decode rows included) past which a mixed step stops
-        admitting, and its decode rows; or None (admit as the token budget allows). A few short arrivals beside running decodes
-        (at most FLAT_WAITING_MAX waiting requests, their tokens and the decodes at most twice the
-        decode graphs' rows) then replay the graphs over a step or two instead of one eager step,
+        admitting, and its decode rows; or None (admit as the token budget allows). A few short
+        arrivals beside running decodes (at most FLAT_WAITING_MAX waiting requests, their tokens
+        and the decodes at most twice the decode graphs' rows) then replay the graphs over a step
+        or two instead of one eager step,
         whose host launches cost several times its GPU work: H200, Llama-3.1-8B dims, 486 prefill
         tokens of 18 prompts beside 18-108 decodes took 33-59 ms eagerly (benchmarks/mixed_steps.py
         --load burst), 16 ms of it kernels. Larger queues keep eager chunks (GPU-efficient)."""

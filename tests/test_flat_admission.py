@@ -11,21 +11,17 @@ import types
 
 import pytest
 
-from radixlm.runtime.model_runner import FLAT_DECODE_KV_BYTES, ModelRunner
+from radixlm.runtime.model_runner import FLAT_DECODE_KV_BYTES
 from radixlm.runtime.request import Req
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler import Scheduler
-from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.tokenizer import load_tokenizer
+from radixlm.runtime.testing import make_scheduler
 
 CAPACITY = 32
 
 
 @pytest.fixture()
 def sched(tiny_llama):
-    args = ServerArgs(model_path=tiny_llama, device="cpu", max_total_tokens=8192, enable_overlap_schedule=False)
-    tok, eos = load_tokenizer(tiny_llama, tiny_llama)
-    s = Scheduler.create(args, ModelRunner(args, tiny_llama, eos), tok)
+    s = make_scheduler(tiny_llama, max_total_tokens=8192, enable_overlap_schedule=False)
     for i in range(3):  # NOTE: three requests decoding, prefilled without graphs (CPU)
         s.add_request(Req(f"run{i}", list(range(10, 25)), SamplingParams(max_new_tokens=64, temperature=0)))
     s.step()
