@@ -135,7 +135,7 @@ class OpenAI(Backend):
     def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
         native = params.to_native()
         kw: dict[str, Any] = {"max_tokens": native.get("max_new_tokens")}
-        for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty", "seed"):
+        for key in ("temperature", "top_p", "frequency_penalty", "presence_penalty", "seed", "logit_bias"):
             if native.get(key) is not None:
                 kw[key] = native[key]
         if native.get("stop"):

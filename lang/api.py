@@ -45,6 +45,7 @@ def gen(
     repetition_penalty: float | None = None,
     seed: int | None = None,
     ebnf: str | None = None,
+    logit_bias: dict[int, float] | None = None,
 ) -> Expr:
     """Generate text from the model at this point of the program.
 
@@ -55,7 +56,8 @@ def gen(
             ``n`` completions and the state's text continues with the first one.
         stop, stop_token_ids, stop_regex: stop conditions; the matched stop is not in the text.
         temperature, top_p, top_k, min_p, frequency_penalty, presence_penalty, repetition_penalty,
-            seed, ignore_eos: sampling controls with the native protocol's meaning (§3.2).
+            seed, ignore_eos, logit_bias: sampling controls with the native protocol's meaning
+            (§3.2; ``logit_bias`` maps token ids to a bias in [-100, 100] added to their logits).
         return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs: logprob
             options; the entries appear in ``s.get_meta_info(name)``.
         dtype: ``int``/``float``/``bool``/``str`` (or names): constrains the output with a regex
@@ -84,7 +86,7 @@ def gen(
         stop_token_ids=stop_token_ids, stop_regex=stop_regex, temperature=temperature, top_p=top_p,
         top_k=top_k, min_p=min_p, frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty, repetition_penalty=repetition_penalty,
-        ignore_eos=ignore_eos, seed=seed, return_logprob=return_logprob,
+        ignore_eos=ignore_eos, seed=seed, logit_bias=logit_bias, return_logprob=return_logprob,
         logprob_start_len=logprob_start_len, top_logprobs_num=top_logprobs_num,
         return_text_in_logprobs=return_text_in_logprobs, dtype=dtype, regex=regex,
         json_schema=None if json_schema is None else json_schema_to_str(json_schema), ebnf=ebnf,

@@ -154,12 +154,14 @@ class DecodeFacts:
 
 def host_logits_until(req: Req) -> float:
     """The output length below which ``req``'s next token needs host-side logits processing
-    (logprobs, penalties: always, ``inf``; a pending ``min_new_tokens``: until it is reached).
+    (logprobs, penalties, a logit bias: always, ``inf``; a pending ``min_new_tokens``: until it is
+    reached).
     Worked out once per request (``Req.host_logits_until``): its settings never change."""
     until = req.host_logits_until
     if until is None:
         sp = req.sampling_params
-        static = req.return_logprob or sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0
+        static = (req.return_logprob or sp.frequency_penalty or sp.presence_penalty
+                  or sp.repetition_penalty != 1.0 or sp.logit_bias)
         until = req.host_logits_until = float("inf") if static else sp.min_new_tokens - 1
     return until
 

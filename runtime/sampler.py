@@ -23,7 +23,8 @@ BAD_TOKEN = -1  # sampled id of a row whose distribution was unusable
 
 def apply_penalties(logits: torch.Tensor, reqs: Sequence[Req]) -> None:
     """In place on fp32 ``[B, V]``: OpenAI frequency/presence penalties over the generated tokens,
-    and the CTRL repetition penalty (Keskar et al. 2019, HF semantics) over prompt + generated."""
+    the CTRL repetition penalty (Keskar et al. 2019, HF semantics) over prompt + generated, then
+    OpenAI's ``logit_bias`` (added to the named tokens' logits; ids past ``V`` are skipped)."""
     for i, r in enumerate(reqs):
         try:
             _penalize_row(logits, i, r)
@@ -43,6 +44,11 @@ def _penalize_row(logits: torch.Tensor, i: int, r: Req) -> None:
         ids = ids[ids < vocab]
         vals = logits[i, ids]
         logits[i, ids] = torch.where(vals > 0, vals / sp.repetition_penalty, vals * sp.repetition_penalty)
+    if sp.logit_bias:
+        pairs = [(t, b) for t, b in sp.logit_bias.items() if t < vocab]
+        if pairs:
+            ids = torch.tensor([t for t, _ in pairs], device=logits.device)
+            logits[i, ids] += torch.tensor([b for _, b in pairs], device=logits.device, dtype=logits.dtype)
 
 
 def block_tokens_before_min(logits: torch.Tensor, reqs: Sequence[Req], eos_ids: Sequence[int]) -> None:

@@ -26,6 +26,8 @@ MAX_STOP = 32  # stop strings / stop patterns per request
 MAX_STOP_CHARS = 1024  # characters of one stop string
 MAX_STOP_IDS = 1024  # stop token ids per request
 MAX_GRAMMAR_CHARS = 32 * 1024  # characters of a regex, JSON schema or EBNF grammar
+MAX_LOGIT_BIAS = 1024  # token entries of one logit_bias map
+LOGIT_BIAS_RANGE = 100.0  # a bias lies in [-100, 100] (OpenAI's range)
 
 
 def check_regex(pattern: str, name: str = "regex") -> str:
@@ -134,6 +136,12 @@ GRAMMAR_SYNTAX_CHECKS = {"regex": AfterValidator(_optional(check_regex)),
                          "json_schema": AfterValidator(_optional(check_json_schema)),
                          "ebnf": AfterValidator(_optional(check_ebnf))}
 Penalty = Annotated[Finite, Field(ge=-2, le=2)]
+# NOTE: token ids as keys, not strict: JSON object keys are strings ("42" -> 42); {} means none
+LogitBias = Annotated[
+    Annotated[dict[Annotated[int, Field(ge=0, le=MAX_INT)],
+                   Annotated[Finite, Field(ge=-LOGIT_BIAS_RANGE, le=LOGIT_BIAS_RANGE)]],
+              Field(max_length=MAX_LOGIT_BIAS)] | None,
+    AfterValidator(lambda v: v or None)]
 
 
 @dataclass
@@ -146,6 +154,9 @@ class SamplingParams:
     ``stop_regex`` (pattern or list) ends it when a pattern matches the decoded output, which is
     cut where the match starts (finish reason ``{"type": "stop", "matched": pattern}``).
     ``seed`` makes sampling reproducible per request (sample ``k`` of ``n`` uses ``seed + k``).
+    ``logit_bias`` maps token ids to a bias in [-100, 100] added to their logits before sampling
+    (OpenAI's ``logit_bias``; -100 in effect bans a token, +100 all but forces it); token ids must
+    be below the vocabulary size (checked where the model is known: the tokenizer manager).
     ``regex``/``json_schema``/``ebnf`` constrain decoding (at most one; a ``json_schema`` dict is
     stored as its JSON text).
 
@@ -175,6 +186,7 @@ class SamplingParams:
     json_schema: JsonSchema = None
     ebnf: Ebnf = None
     seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
+    logit_bias: LogitBias = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -61,10 +61,11 @@ def spec_meta_info(req: Any) -> dict[str, float]:
 
 
 def speculates(req: Any) -> bool:
-    """Whether ``req`` may get drafts: penalties depend on the tokens before each position, so
-    requests with frequency/presence/repetition penalties decode one token at a time."""
+    """Whether ``req`` may get drafts: penalties depend on the tokens before each position and the
+    verify step reads the model's own logits, so requests with frequency/presence/repetition
+    penalties or a ``logit_bias`` decode one token at a time."""
     sp = req.sampling_params
-    return not (sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0)
+    return not (sp.frequency_penalty or sp.presence_penalty or sp.repetition_penalty != 1.0 or sp.logit_bias)
 
 
 # Tokens of finished requests written into the global store per drafting step at most (a long

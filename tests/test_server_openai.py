@@ -41,6 +41,9 @@ def native(server, **body) -> dict:
 def test_models_and_api_key(server, client):
     models = client.models.list()
     assert len(models.data) == 1 and models.data[0].id
+    assert client.models.retrieve(models.data[0].id).id == models.data[0].id  # ids are paths: "/" inside
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("not-this-model")
     assert requests.get(server.url + "/v1/models").status_code == 401
     assert requests.get(server.url + "/health").status_code == 200
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
@@ -165,6 +168,10 @@ def test_tools_auto_without_call_gives_content(client):
     (dict(messages=[{"role": "user", "content": "x"}], tools=TOOLS,
           tool_choice={"type": "function", "function": {"name": "nope"}}), "nope"),
     (dict(messages=[{"role": "user", "content": "x"}], extra_body={"regex": "(unclosed"}), "regex"),
+    (dict(messages=[{"role": "user", "content": "x"}], logit_bias={"999999999": 5}), "logit_bias"),
+    (dict(messages=[{"role": "user", "content": "x"}], logit_bias={"5": 250}), "logit_bias"),
+    (dict(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]}]),
+     "image_url"),
 ])
 def test_bad_requests_are_400(client, kwargs, needle):
     with pytest.raises(openai.BadRequestError) as err:
@@ -172,6 +179,23 @@ def test_bad_requests_are_400(client, kwargs, needle):
     assert needle in str(err.value)
     ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=2)
     assert ok.usage.completion_tokens <= 2
+
+
+def test_logit_bias_reaches_the_sampler(server, client):
+    """A +100 bias all but forces its token; the OpenAI and native paths agree (string keys)."""
+    res = client.completions.create(model="m", prompt="Hello", max_tokens=4, temperature=0, logit_bias={"50": 100})
+    ref = native(server, text="Hello", sampling_params={"max_new_tokens": 4, "temperature": 0,
+                                                         "logit_bias": {"50": 100}})
+    assert ref["output_ids"] == [50] * 4
+    assert res.choices[0].text == ref["text"]
+
+
+@pytest.mark.parametrize("kwargs,needle", [(dict(suffix="end"), "suffix"), (dict(best_of=3), "best_of")])
+def test_completion_options_that_change_output_are_refused(client, kwargs, needle):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="m", prompt="x", max_tokens=2, **kwargs)
+    assert needle in str(err.value)
+    assert client.completions.create(model="m", prompt="x", max_tokens=2, best_of=1).usage.completion_tokens <= 2
 
 
 def test_killing_scheduler_exits_nonzero(server):

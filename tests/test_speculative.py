@@ -267,5 +267,8 @@ def test_drafter_respects_room_and_pool():
     pen = mk([], 10)
     pen.sampling_params.repetition_penalty = 1.2
     assert d.draft(pen) == []
+    biased = mk([], 10)
+    biased.sampling_params.logit_bias = {2: -100.0}  # the verify step reads unbiased logits: no drafts
+    assert d.draft(biased) == []
     assert d.drafts([mk([], 10), mk([], 10)], free_slots=5) == [[2, 3, 4], []]
     assert kept_kv_len(10, 2, 20) == 13 and kept_kv_len(10, 3, 12) == 12

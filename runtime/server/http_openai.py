@@ -79,11 +79,20 @@ def _chat_logprobs(entries: list, tops: list) -> dict[str, Any]:
 def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
     """Register the ``/v1`` routes on ``app``."""
 
+    def card() -> dict:
+        return {"id": tm.model_name, "object": "model", "created": int(time.time()), "owned_by": "radixlm",
+                "root": tm.model_name, "max_model_len": tm.context_len}
+
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": tm.model_name, "object": "model", "created": int(time.time()),
-                                            "owned_by": "radixlm", "root": tm.model_name,
-                                            "max_model_len": tm.context_len}]}
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model:path}")  # NOTE: a path: model ids are often paths or "org/name"
+    async def model(model: str):
+        if model != tm.model_name:
+            raise RequestError(f"model {model!r} is not served here (this server serves {tm.model_name!r})",
+                               status=404, param="model")
+        return card()
 
     @app.post("/v1/completions")
     async def completions(request: Request):

@@ -189,6 +189,17 @@ class CompletionRequest(_SamplingExtras):
     logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     echo: StrictBool = False
     response_format: ResponseFormat | None = None
+    # NOTE: declared to be refused, not ignored: both would change what is returned
+    suffix: str | None = None
+    best_of: Annotated[StrictInt, Field(ge=1, le=MAX_N)] | None = None
+
+    @model_validator(mode="after")
+    def _unsupported(self):
+        if self.suffix:
+            raise ValueError("suffix: insertion (text after the completion) is not supported")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(f"best_of: only best_of == n is supported (got best_of={self.best_of}, n={self.n})")
+        return self
 
 
 class FunctionDef(_Lenient):
@@ -220,8 +231,18 @@ class ToolChoiceFunction(_Lenient):
 
 
 class ContentPart(_Lenient):
+    """One part of a message's content: text only (images, audio and files would be dropped
+    silently otherwise: refused with a 400 naming the part's type)."""
+
     type: str
     text: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, v: str) -> str:
+        if v != "text":
+            raise ValueError(f"content parts of type {v!r} are not supported (this model takes text parts only)")
+        return v
 
 
 class ChatMessage(_Lenient):

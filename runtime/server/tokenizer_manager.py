@@ -240,6 +240,8 @@ class TokenizerManager:
             raise RequestError(f"{where}input_ids must be token ids in [0, {vocab})", param="input_ids")
         if vocab and any(t >= vocab for t in sp.stop_token_ids):
             raise RequestError(f"{where}stop_token_ids must be token ids in [0, {vocab})", param="stop_token_ids")
+        if vocab and sp.logit_bias and max(sp.logit_bias) >= vocab:
+            raise RequestError(f"{where}logit_bias keys must be token ids in [0, {vocab})", param="logit_bias")
         if not spec.clamp_max_new and n + sp.max_new_tokens > self.context_len:
             raise RequestError(
                 f"{where}requested token count exceeds the model's maximum context length of {self.context_len} "
