@@ -237,6 +237,10 @@ BAD = [
     ({"text": "x", "return_logprob": True, "logprob_start_len": 999}, "logprob_start_len"),
     ({"text": ["a", "b"], "sampling_params": [GREEDY]}, "sampling_params"),
     ({"text": ["x"] * (MAX_QUEUED + 1)}, "max_queued_requests"),
+    ({"text": "x", "image_data": "http://x/a.png"}, "image_data"),
+    ({"text": ["x", "y"], "image_data": [None, "data:image/png;base64,AAAA"]}, "image_data"),
+    ({"text": "x", "lora_path": "my-adapter"}, "lora_path"),
+    ({"text": "x", "sampling_params": {"logit_bias": {"10": 500}}}, "logit_bias"),
 ]
 
 
@@ -247,6 +251,13 @@ def test_bad_requests_get_4xx_then_serving_continues(server, body, needle):
     assert res.status_code == (503 if needle == "max_queued_requests" else 400), res.text
     assert needle in res.json()["error"]["message"]
     assert gen(server, text="ok", sampling_params={"max_new_tokens": 2})["meta_info"]["completion_tokens"] == 2
+
+
+def test_unset_multimodal_fields_are_accepted(server):
+    """Batching clients send ``image_data: [None, ...]`` for text prompts: that is not an image."""
+    res = requests.post(server.url + "/generate", json={"text": ["a", "b"], "image_data": [None, None],
+                                                        "lora_path": None, "sampling_params": {"max_new_tokens": 2}})
+    assert res.status_code == 200 and len(res.json()) == 2
 
 
 def test_radixlm_runtime_endpoint_programs(server):

@@ -120,6 +120,29 @@ class GenerateReqInput(_Lenient):
                        Field(min_length=1, max_length=MAX_CHOICES)] | None = None
     choices_method: ChoicesMethod = "token_length_normalized"
     cache_lease: CacheLeaseInput | None = None
+    # NOTE: SGLang fields this server does not implement; each would change the answer if ignored
+    # (another input, another model), so a set value is refused (400), not dropped. ``None``,
+    # empty and all-``None`` lists (what batching clients send for "no image") count as unset.
+    image_data: Any = None
+    audio_data: Any = None
+    video_data: Any = None
+    input_embeds: Any = None
+    lora_path: Any = None
+    custom_logit_processor: Any = None
+    session_params: Any = None
+
+    @model_validator(mode="after")
+    def _unsupported(self):
+        for name in _REFUSED_NATIVE:
+            v = getattr(self, name)
+            if v not in (None, "", [], {}) and not (isinstance(v, list) and all(x in (None, "", []) for x in v)):
+                raise ValueError(f"{name}: not supported by this server (text-only model, no LoRA adapters, "
+                                 "no custom logit processors, no sessions)")
+        return self
+
+
+_REFUSED_NATIVE = ("image_data", "audio_data", "video_data", "input_embeds", "lora_path", "custom_logit_processor",
+                   "session_params")
 
 
 class ReleaseCacheLeaseInput(_Lenient):
