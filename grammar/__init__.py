@@ -1,5 +1,5 @@
-"""Grammar-constrained decoding: regex, JSON Schema, EBNF (lark syntax) and choices compiled to
-token masks against the model's real vocabulary, with jump-forward.
+"""Grammar-constrained decoding: regex, JSON Schema, EBNF (GBNF or lark syntax) and choices
+compiled to token masks against the model's real vocabulary, with jump-forward.
 
 Compile once, match many::
 

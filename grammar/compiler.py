@@ -190,7 +190,8 @@ class GrammarCompiler:
         return self._cached(("json_schema", text, any_whitespace), build_deep)
 
     def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
-        """A grammar in lark syntax; ``root`` names the start rule.
+        """A grammar in GBNF (rules ``name ::= ...``, SGLang's syntax) or lark syntax; ``root``
+        names the start rule.
 
         Raises:
             GrammarError: grammar syntax errors, unknown rules, unsupported regex features.

@@ -1,4 +1,7 @@
-"""Lark grammars -> rules for the Earley engine.
+"""EBNF grammars (lark syntax, or GBNF) -> rules for the Earley engine.
+
+A grammar whose rules are written ``name ::= ...`` is GBNF (llama.cpp's, xgrammar's and SGLang's
+``ebnf`` syntax) and goes to :mod:`radixlm.grammar.gbnf`; anything else is lark syntax:
 
 lark parses the grammar and expands its EBNF (``?``, ``*``, ``+``, ``[]``, templates, imports like
 ``%import common.WS``) into plain rules; terminals become regex ASTs (lark's own regexps, parsed
@@ -27,13 +30,18 @@ def _terminal_regex(text: str) -> str:
 
 
 def lark_to_rules(grammar: str, root: str = "root") -> tuple[Node, dict[str, Node]]:
-    """Convert a lark grammar.
+    """Convert a lark grammar, or a GBNF one (rules written ``name ::= ...``, see
+    :func:`radixlm.grammar.gbnf.gbnf_to_rules`); ``root`` names the start rule.
 
     Returns:
         ``(start node, rules)`` with nonterminals as ``("ref", name)``.
     Raises:
         GrammarError: syntax errors, a missing ``root`` rule, unsupported terminal regexes.
     """
+    from radixlm.grammar.gbnf import gbnf_to_rules, is_gbnf
+
+    if is_gbnf(grammar):
+        return gbnf_to_rules(grammar, root)
     try:
         from lark import Lark
         from lark.exceptions import LarkError
