@@ -7,8 +7,17 @@ while it ends in an incomplete UTF-8 character (U+FFFD).
 
 from __future__ import annotations
 
-import re
+import time
 from typing import Sequence
+
+import regex
+
+# A stop_regex search may backtrack catastrophically (``(a+)+b`` over "aaaa..."): each search
+# gets at most STOP_REGEX_SEARCH_S and a request STOP_REGEX_BUDGET_S in all; past either the
+# request ends with an error (:attr:`IncrementalDetokenizer.stop_error`) instead of stalling the
+# process that detokenizes for every request.
+STOP_REGEX_SEARCH_S = 0.05
+STOP_REGEX_BUDGET_S = 1.0
 
 
 class IncrementalDetokenizer:
@@ -21,8 +30,12 @@ class IncrementalDetokenizer:
         skip_special_tokens, spaces_between_special_tokens: passed to ``tokenizer.decode``.
         stop: stop strings; when one appears, :attr:`matched_stop` is set and the text is cut
             before it.
-        stop_regex: patterns searched in the decoded output (``re.search``); the first match
-            ends the text like a stop string, and :attr:`matched_stop` is the pattern (SGLang).
+        stop_regex: patterns searched in the decoded output (``re.search`` semantics, through the
+            ``regex`` module); the first match ends the text like a stop string, and
+            :attr:`matched_stop` is the pattern (SGLang). The search is incremental (a partial
+            match tells where a later match may start) and time-bounded
+            (``STOP_REGEX_SEARCH_S`` per search, ``STOP_REGEX_BUDGET_S`` per request): past the
+            bound :attr:`stop_error` says why and nothing more is searched.
         lazy: without stop strings or patterns, only record the ids and decode when :attr:`text`
             is read (the server's scheduler never reads it: the detokenizer process makes the
             text); :meth:`append` then returns "". Default False.
@@ -61,7 +74,10 @@ class IncrementalDetokenizer:
         self._text = ""
         self.stop = list(stop)
         self.matched_stop: str | None = None
-        self.stop_regex = [re.compile(p) for p in stop_regex or ()]
+        self.stop_regex = [regex.compile(p) for p in stop_regex or ()]
+        self._regex_from = [0] * len(self.stop_regex)  # NOTE: no match of pattern i starts earlier
+        self._regex_budget = STOP_REGEX_BUDGET_S
+        self.stop_error: str | None = None
         self._no_stop = not (self.stop or self.stop_regex)  # _add_text only appends
         # NOTE: lazy: ids not decoded yet are _pending[_seen:]; _pending is `source` when given
         lazy = lazy and not (self.stop or self.stop_regex)
@@ -154,15 +170,42 @@ class IncrementalDetokenizer:
                 self.matched_stop = s
                 self._text = self._text[:pos]
                 return self._text[old_len:] if pos > old_len else ""
-        if self.stop_regex:
-            # NOTE: a match may begin before the new text; search the whole (bounded) output.
-            hits = [(m.start(), rx.pattern) for rx in self.stop_regex if (m := rx.search(self._text))]
+        if self.stop_regex and self.stop_error is None:
+            hits = self._search_stop_regex()
             if hits:
                 pos, pattern = min(hits)
                 self.matched_stop = pattern
                 self._text = self._text[:pos]
                 return self._text[old_len:] if pos > old_len else ""
         return new
+
+    def _search_stop_regex(self) -> list[tuple[int, str]]:
+        """``(start, pattern)`` of each pattern's leftmost match in the text (none: ``[]``).
+
+        One partial search per pattern from where a match may still start: a full match found is
+        the leftmost one (as ``re.search``); else a partial match (the text ends inside it) or
+        none moves that start forward, so a long output is not searched again from its start.
+        Sets :attr:`stop_error` when a search runs past its time bound."""
+        hits = []
+        t0 = time.perf_counter()
+        for i, rx in enumerate(self.stop_regex):
+            try:
+                m = rx.search(self._text, self._regex_from[i], partial=True,
+                              timeout=max(min(STOP_REGEX_SEARCH_S, self._regex_budget), 1e-4))
+            except TimeoutError:
+                self.stop_error = (f"stop_regex {rx.pattern!r} took too long to search the output "
+                                   f"(over {STOP_REGEX_SEARCH_S}s for one search or {STOP_REGEX_BUDGET_S}s in all)")
+                return []
+            if m is None:
+                self._regex_from[i] = len(self._text)
+            elif m.partial:
+                self._regex_from[i] = m.start()
+            else:
+                hits.append((m.start(), rx.pattern))
+        self._regex_budget -= time.perf_counter() - t0
+        if self._regex_budget <= 0 and not hits:
+            self.stop_error = f"stop_regex searches took over {STOP_REGEX_BUDGET_S}s for this request"
+        return hits
 
     def flush(self) -> str:
         """At the end: emit any held-back bytes (an incomplete character decodes as U+FFFD).

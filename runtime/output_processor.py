@@ -212,6 +212,8 @@ class OutputProcessor:
             return {"type": "stop", "matched": token}
         if detok is not None and detok.matched_stop is not None:
             return {"type": "stop", "matched": detok.matched_stop}
+        if detok is not None and detok.stop_error is not None:
+            return {"type": "abort", "status_code": 400, "message": detok.stop_error}
         grammar = req.grammar_matcher
         if grammar is not None and grammar.is_terminated():
             return {"type": "stop", "matched": None}

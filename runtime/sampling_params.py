@@ -100,8 +100,14 @@ def _optional(check):
 
 
 def _check_stop_regex(v: list[str] | None) -> list[str] | None:
+    import regex  # NOTE: the detokenizer searches with the `regex` module (time-bounded searches)
+
     for p in v or []:
         check_regex(p, "stop_regex")
+        try:
+            regex.compile(p)
+        except (regex.error, RecursionError, OverflowError) as e:
+            raise ValueError(f"invalid stop_regex: {e}") from None
     return [p for p in v or [] if p] or None
 
 
