@@ -236,3 +236,16 @@ def test_burst_beside_decodes_replays_decode_graphs(tiny_llama, monkeypatch):
     assert run(cuda_graph_max_extend_tokens=8) == reference
     assert max(flat_prefills) > FLAT_DECODE_MAX_SLICE  # burst prompts rode the graphs
     assert len({tuple(o) for o in reference}) > 6  # outputs vary across requests
+
+
+def test_logit_bias_on_the_overlapped_graph_path(tiny_llama):
+    """A request with ``logit_bias`` takes the host sampling path beside graph-replayed rows
+    (overlap scheduling on): its biased tokens are forced and its batch-mates keep their outputs."""
+    from radixlm.runtime.engine import Engine
+
+    with Engine(tiny_llama, device="cuda", dtype="float32", max_total_tokens=8192) as e:
+        alone = [e.generate(p, GREEDY)["output_ids"] for p in PROMPTS]
+        biased = {**GREEDY, "logit_bias": {"7": 100.0}}
+        mixed = e.generate(PROMPTS, [biased if i == 2 else GREEDY for i in range(len(PROMPTS))])
+    assert mixed[2]["output_ids"] == [7] * GREEDY["max_new_tokens"]
+    assert [o["output_ids"] for i, o in enumerate(mixed) if i != 2] == [a for i, a in enumerate(alone) if i != 2]
