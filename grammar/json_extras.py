@@ -77,17 +77,34 @@ class ExtrasMixin:
         the nesting of an implicit pair's value (default: by the object's depth)."""
         if addl is False and not pats:
             return NOTHING
+        out = []
+        for key, value_schema in self._extra_keys(props, pats, pat_dfas, addl, names):
+            value = self._extra_value_of(value_schema, levels)
+            if value != NOTHING:
+                out.append(cat(("dfa", key), self.colon, value))
+        return alt(*out)
+
+    def _extra_keys(self, props: dict, pats: dict, pat_dfas: dict, addl: Any,
+                    names: Any) -> list[tuple[ByteDFA, Any]]:
+        """The key automata of :meth:`_extra_pairs` (each with its value schema), memoized per
+        converter: an object asks for them again for its gaps (same keys, other value depth)."""
+        memo = self.__dict__.setdefault("_extra_key_memo", {})
+        mk = (tuple(props), tuple(pat_dfas), tuple(pats[p] is False for p in pat_dfas), addl is False,
+              None if names is None else json.dumps(names, sort_keys=True, default=str))
+        got = memo.get(mk)
+        if got is not None:
+            return [(key, pats[p] if p is not None else addl) for key, p in got]
         # NOTE: one automaton of all the declared keys, determinized at once
         declared = dfa_from_ast(alt(*(string_literal(k) for k in props))) if props else None
         names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
         classes = []
         for p, d in pat_dfas.items():
             others = [o for q, o in pat_dfas.items() if q != p]
-            classes.append((d, others, pats[p]))
+            classes.append((d, others, p, pats[p]))
         if addl is not False:
-            classes.append((_any_key(), list(pat_dfas.values()), addl))
-        out = []
-        for key, banned, value_schema in classes:
+            classes.append((_any_key(), list(pat_dfas.values()), None, addl))
+        got = []
+        for key, banned, p, value_schema in classes:
             if value_schema is False:
                 continue
             if declared is not None and not banned:
@@ -96,12 +113,10 @@ class ExtrasMixin:
                 key = product(key, union(banned + [declared] if declared is not None else banned), "diff")
             if names_dfa is not None:
                 key = product(key, names_dfa, "and")
-            if not key.start:
-                continue
-            value = self._extra_value_of(value_schema, levels)
-            if value != NOTHING:
-                out.append(cat(("dfa", key), self.colon, value))
-        return alt(*out)
+            if key.start:
+                got.append((key, p))
+        memo[mk] = got
+        return [(key, pats[p] if p is not None else addl) for key, p in got]
 
     def _extra_value_of(self, value_schema: Any, levels: int | None) -> Node:
         """The value node of an undeclared pair whose schema is ``value_schema``."""
