@@ -32,8 +32,10 @@ Output conventions (what a constrained model may write):
   ``maxLength`` above 512 is lowered to 512 (and, counted with a pattern of ``n`` DFA states, to
   about ``PATTERN_LENGTH_WORK / n``); overlapping ``oneOf`` branches are narrowed until
   provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
-  ``not if`` keeps only its ``then`` branch; ``patternProperties`` keys matching two patterns are
-  left out; number bounds beyond ``BOUND_CLAMP`` (10^40) are clamped to it; ``format: regex`` allows a regular subset of the regexes valid in Python and ECMA-262
+  ``not if`` becomes ``then and (if or else)`` (:mod:`radixlm.grammar.schema_rewrite`);
+  ``patternProperties`` keys matching two patterns are left out; number bounds beyond
+  ``BOUND_CLAMP`` (10^40) are clamped to it; ``format: regex`` allows a regular subset of the
+  regexes valid in Python and ECMA-262
   (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).
 - ``uniqueItems``: enforced over a finite item domain (:mod:`radixlm.grammar.json_unique`), else
   not enforced (accepted as written). ``nullable`` (OpenAPI) is an annotation,

@@ -15,6 +15,9 @@ from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer
 from radixlm.grammar.schema_oneof import exclusive_branches
 
 
+MAX_REF_CHAIN = 8  # $ref to $ref ... that ``_prepared`` follows
+
+
 class CombinatorMixin:
     """``combinator`` (``anyOf`` / ``oneOf`` / pending ``x-any``) and ``merged_key`` of
     :class:`radixlm.grammar.json_schema.SchemaConverter`."""
@@ -60,7 +63,7 @@ class CombinatorMixin:
                           for i, j in itertools.combinations(range(len(resolved)), 2))
             if overlap:
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
-                                            self._disjoint, self._negated)
+                                            self._disjoint, self._negated, self._prepared)
                 keys = [None] * len(merged)
         # NOTE: a contradictory branch (conditionals merged into each other: two discriminator
         # values at once) is dropped before it is expanded further
@@ -82,6 +85,23 @@ class CombinatorMixin:
         except (TypeError, ValueError):
             return None
         return f"{ref}&{int(first)}{text}"
+
+    def _prepared(self, s: Any) -> Any:
+        """``s`` with its top-level ``$ref`` resolved and ``allOf`` merged (``normalize``); None
+        for a ``$ref`` to a definition being converted (recursive)."""
+        for _ in range(MAX_REF_CHAIN):
+            if not isinstance(s, dict):
+                return s
+            ref = s.get("$ref")
+            if isinstance(ref, str) and ref in self.stack:
+                return None
+            if isinstance(ref, str) and not any(k in ASSERTIONS for k in s if k != "$ref"):
+                s = resolve_pointer(self.root, ref)
+                continue
+            s = self.normalize(s)
+            if not isinstance(s, dict) or "$ref" not in s:
+                return s
+        return None
 
     def _disjoint(self, a: Any, b: Any) -> bool:
         return disjoint(a, b, self.root, self._string_dfa)

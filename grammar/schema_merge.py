@@ -101,7 +101,8 @@ def merge(a: Schema, b: Schema) -> Schema:
             continue
         va = out[key]
         if key == "type":
-            ta, tb = types_of(a) or set(ALL_TYPES), types_of(b) or set(ALL_TYPES)
+            ta, tb = types_of(a), types_of(b)  # NOTE: an empty list (no type at all) stays empty
+            ta, tb = set(ALL_TYPES) if ta is None else ta, set(ALL_TYPES) if tb is None else tb
             both = ta & tb
             out[key] = sorted(both - ({"integer"} if "number" in both else set()))
         elif key == "required":

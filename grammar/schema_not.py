@@ -115,6 +115,9 @@ class NotMixin:
                                                 for k, v in neg["properties"].items()]}
         if keys == {"items"} and isinstance(neg["items"], (dict, bool)):
             return {"type": "array", "contains": self.fold_nots({"not": neg["items"]})}
+        if keys == {"contains"}:
+            # NOTE: an array none of whose items satisfies it
+            return {"type": "array", "items": self.fold_nots({"not": neg["contains"]})}
         if keys == {"propertyNames"}:
             return _some_name(neg["propertyNames"])
         if len(keys) == 1 and next(iter(keys)) in _COUNTS:

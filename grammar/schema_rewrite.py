@@ -3,10 +3,10 @@
 - ``dependentRequired`` / ``dependentSchemas`` / draft-4 ``dependencies``: for each property
   ``p``, either ``p`` is absent, or ``p`` is present together with what it depends on.
 - ``if`` / ``then`` / ``else``: ``(if and then) or (not if and else)``; when ``not if`` cannot be
-  expressed, only the first branch is kept (sound: it never accepts what the schema rejects, it
-  may reject instances that fail ``if``).
+  expressed, ``(if and then) or (then and else)`` (just ``then`` without ``else``): sound, it never
+  accepts what the schema rejects; it rejects the instances that fail ``if`` and ``then``.
 
-The branches of each rewrite are mutually exclusive, so treating them as ``anyOf`` is exact.
+The branches of each exact rewrite are mutually exclusive, so treating them as ``anyOf`` is exact.
 
 An ``allOf`` of ``if`` / ``then`` clauses whose ``if`` each tests one property for a different
 constant (a discriminator: ``if type == "a" then ...``) is rewritten at once
@@ -57,6 +57,10 @@ def rewrite_conditionals(schema: dict, negatable: Callable[[Any], bool]) -> dict
         branches = [{"allOf": [cond, then]}]
         if negatable(cond):
             branches.append({"allOf": [{"not": cond}, other]})
+        elif other is True or other == {}:
+            branches = [then]  # NOTE: then alone holds with the condition or without it
+        else:
+            branches.append({"allOf": [then, other]})  # NOTE: both: valid whatever the condition
         pending.append(("anyOf", branches))
     else:  # then / else without if have no effect
         out.pop("then", None)
