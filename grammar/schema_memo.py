@@ -53,6 +53,8 @@ class ConvertOnce:
     converted: dict[int, tuple[Any, Node]]
     objects: dict[tuple[str, bool], Node]
     obj_depth: int
+    split_leaves: bool
+    walk: Any
 
     def node(self, schema: Any) -> Node:
         """The AST of ``schema``, converted once per schema object.
@@ -71,6 +73,7 @@ class ConvertOnce:
     def object_once(self, schema: dict) -> Node:
         """The object AST of ``schema`` (``type`` object), one per canonical JSON text of its
         assertions (and whether it is the outermost object: undeclared values nest deeper there)."""
+        self._key_names(schema.get("propertyNames"))
         try:
             key = (json.dumps(assertions_only(schema), sort_keys=True), self.obj_depth == 0)
         except (TypeError, ValueError):
@@ -79,3 +82,18 @@ class ConvertOnce:
         if got is None:
             got = self.objects[key] = self.object(schema)
         return got
+
+    def _key_names(self, names: Any) -> None:
+        """Memoize a ``propertyNames`` schema (``node`` of that very object) as a schema of
+        strings (keys are strings: an untyped ``not`` there is not "any JSON value"), converted
+        without rules of its own (``split_leaves``): the object intersects its keys with it as
+        an automaton."""
+        if not isinstance(names, dict) or id(names) in self.converted:
+            return
+        split, self.split_leaves = self.split_leaves, False
+        try:
+            out = self.node({"allOf": [names, {"type": "string"}]})
+        finally:
+            self.split_leaves = split
+        if not self.walk.has_ref(out):
+            self.converted[id(names)] = (names, out)
