@@ -78,7 +78,7 @@ class DfaEngine:
 
     def forced_bytes(self, state: int, limit: int = 4096) -> bytes:
         out = bytearray()
-        rows = self.dfa.rows
+        flat = self.dfa.flat
         while len(out) < limit:
             b = self._forced.get(state)
             if b is None:
@@ -86,7 +86,7 @@ class DfaEngine:
             if b < 0:
                 break
             out.append(b)
-            state = rows[state][b]
+            state = flat[(state << 8) | b]
         return bytes(out)
 
     @property
