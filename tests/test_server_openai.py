@@ -79,6 +79,14 @@ def test_completion_n_stop_logprobs_stream(server, client):
     lps = lp.choices[0].logprobs
     assert "".join(lps.tokens) == lp.choices[0].text and len(lps.token_logprobs) == 4
     assert all(len(t) <= 2 for t in lps.top_logprobs) and all(v <= 0 for v in lps.token_logprobs)
+    # OpenAI: the sampled token is always among its top entries (logprobs=0: only it); an echoed
+    # first prompt token has no logprob
+    for k in (0, 2):
+        got = client.completions.create(model="m", prompt="y =", max_tokens=3, temperature=1.0, seed=4,
+                                        logprobs=k, echo=True).choices[0].logprobs
+        assert got.token_logprobs[0] is None and got.top_logprobs[0] is None
+        for tok, lp_, top in zip(got.tokens[1:], got.token_logprobs[1:], got.top_logprobs[1:]):
+            assert top[tok] == lp_ and len(top) <= k + 1
     parts = [c.choices[0].text for c in client.completions.create(model="m", prompt="x = {", max_tokens=10,
                                                                    temperature=0, stream=True,
                                                                    extra_body={"ignore_eos": True}) if c.choices]

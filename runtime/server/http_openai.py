@@ -64,8 +64,12 @@ def _completion_logprobs(entries: list, tops: list, offset: int) -> dict[str, An
         tokens.append(e[2] or "")
         offsets.append(pos)
         pos += len(e[2] or "")
-    return {"tokens": tokens, "token_logprobs": [e[0] for e in entries],
-            "top_logprobs": [None if t is None else {x[2] or "": x[0] for x in t} for t in tops],
+    # NOTE: as OpenAI: the sampled token is always among its position's top entries (so up to
+    # logprobs + 1 of them; logprobs=0 gives just it); a position without a logprob (the first
+    # echoed prompt token) has None
+    top = [None if e[0] is None else {**{x[2] or "": x[0] for x in (t or [])}, e[2] or "": e[0]}
+           for e, t in zip(entries, tops)]
+    return {"tokens": tokens, "token_logprobs": [e[0] for e in entries], "top_logprobs": top,
             "text_offset": offsets}
 
 
