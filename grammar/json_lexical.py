@@ -258,12 +258,16 @@ def _surrogates(a: int, b: int) -> Node:
     return alt(*parts)
 
 
-# Any character of a JSON string: every valid escape (a lone surrogate escape is valid JSON syntax).
+# One character of a JSON string (what minLength / maxLength count): raw, a short escape, a
+# ``\\uXXXX`` escape outside the surrogates, or a surrogate pair (one code point above the BMP).
+# NOTE: lone surrogate escapes (valid JSON syntax, not Unicode text) are left out: counted as one
+# character each, a pair read as two lone halves would pass a minLength it fails (a sound restriction).
 HEX = ("set", ((48, 57), (65, 70), (97, 102)))
 STRING_CHAR = alt(
     chars((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CP)),
     cat(char("\\"), ("set", normalize([(ord(c), ord(c)) for c in '"\\/bfnrt']))),
-    cat(lit("\\u"), rep(HEX, 4, 4)),
+    cat(lit("\\u"), alt(hex4_range(0, 0xD7FF), hex4_range(0xE000, 0xFFFF))),
+    cat(lit("\\u"), hex4_range(0xD800, 0xDBFF), lit("\\u"), hex4_range(0xDC00, 0xDFFF)),
 )
 QUOTE = char('"')
 

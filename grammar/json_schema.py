@@ -67,7 +67,7 @@ from radixlm.grammar.json_lexical import NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
-from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, types_of
+from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, types_of, unevaluated
 from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_drafts import apply_dialect
 from radixlm.grammar.schema_refs import canonical_refs
@@ -203,7 +203,7 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                 if isinstance(target, bool):
                     schema = merge(target, others) if target else False
                 else:
-                    schema = merge(target, others)
+                    schema = merge(seal(target), others)  # NOTE: the $ref target's unevaluated* sees only it
             elif "not" in schema or "not" in schema.get("x-all", {}):
                 schema = self.fold_nots(schema, defer=True)
             elif "allOf" in schema:
@@ -218,11 +218,18 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                         if b["$ref"] in self.stack:
                             raise GrammarError("unsupported: allOf with a recursive $ref")
                         b = self.normalize(b) if len(b) > 1 else resolve_pointer(self.root, b["$ref"])
-                    if isinstance(b, dict) and "allOf" in b:
-                        # NOTE: flattened here, not after the later branches are merged: the
-                        # properties keep the order in which the schema lists them
-                        b = self.normalize(b)
-                    out = merge(out, b)
+                    if isinstance(b, dict) and "allOf" in b and unevaluated(out) and not unevaluated(b):
+                        # NOTE: the branch's in-place keywords are the parent's: its nots and ifs
+                        # are rewritten beside the parent's unevaluatedProperties (see guard)
+                        out = merge(out, {k: v for k, v in b.items() if k != "allOf"})
+                        if isinstance(out, dict):
+                            out["allOf"] = list(out.get("allOf", [])) + list(b["allOf"])
+                    else:
+                        if isinstance(b, dict) and "allOf" in b:
+                            # NOTE: flattened here, not after the later branches are merged: the
+                            # properties keep the order in which the schema lists them
+                            b = self.normalize(b)
+                        out = merge(out, seal(b))
                     if out is False:
                         return False
                     if out is True:

@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_scalars import string_node
 from radixlm.grammar.schema_checks import disjoint, unsatisfiable
-from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer
+from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, unevaluated
 from radixlm.grammar.schema_oneof import exclusive_branches
 
 
@@ -37,6 +37,11 @@ class CombinatorMixin:
         kind, branches = pending[0]
         if pending[1:]:
             rest["x-any"] = pending[1:]
+        late = None
+        if kind == "oneOf" and unevaluated(rest):
+            # NOTE: which oneOf branches hold is judged without the parent's unevaluatedProperties
+            # (a branch that fails only by it still counts): merged after the narrowing
+            late = {"unevaluatedProperties": rest.pop("unevaluatedProperties")}
         plain = not any(k in ASSERTIONS for k in rest)  # NOTE: unknown keywords constrain nothing
         merged = []
         keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
@@ -47,7 +52,9 @@ class CombinatorMixin:
                     raise GrammarError(f"unsupported: {kind} with a recursive $ref and sibling keywords")
                 merged.append(b)
                 continue
-            if isinstance(b, dict):
+            if isinstance(b, dict) and ("$ref" in b or (late is None and not unevaluated(rest))):
+                # NOTE: beside the parent's unevaluatedProperties a branch is normalized merged
+                # with it: its nots and ifs are rewritten knowing it (schema_merge.guard)
                 b = self.normalize(b)
                 if isinstance(b, dict) and "$ref" in b and not plain:
                     # NOTE: the same target with the same siblings is converted once (a schema
@@ -55,16 +62,22 @@ class CombinatorMixin:
                     # one that comes back to itself never ends)
                     keys[-1] = self.merged_key({"$ref": b["$ref"], **rest}, bool(schema.get("x-any-first")))
                     b = resolve_pointer(self.root, b["$ref"])
+            b = seal(b)  # NOTE: a branch's unevaluated* sees only the branch
             merged.append(b if plain else merge(b, rest) if schema.get("x-any-first") else merge(rest, b))
         if kind == "oneOf":
             norm = [self.normalize(b) if isinstance(b, dict) and "$ref" not in b else b for b in merged]
             resolved = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b for b in norm]
             overlap = any(not self._disjoint(resolved[i], resolved[j])
                           for i, j in itertools.combinations(range(len(resolved)), 2))
+            if overlap and late is not None:
+                raise GrammarError("unsupported: overlapping oneOf branches beside unevaluatedProperties")
             if overlap:
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
                                             self._disjoint, self._negated, self._prepared)
                 keys = [None] * len(merged)
+        if late is not None:
+            merged = [merge(b, late) if isinstance(b, dict) else b for b in merged]
+            keys = [None] * len(merged)
         # NOTE: a contradictory branch (conditionals merged into each other: two discriminator
         # values at once) is dropped before it is expanded further
         return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b)

@@ -93,6 +93,8 @@ def merge(a: Schema, b: Schema) -> Schema:
     if isinstance(a.get("$ref"), str) and isinstance(b.get("$ref"), str) and a["$ref"] != b["$ref"]:
         b = dict(b)
         b["allOf"] = list(b.get("allOf", [])) + [{"$ref": b.pop("$ref")}]
+    if "prefixItems" in a or "prefixItems" in b:
+        a, b = _tuple_items(a, b)
     out = dict(a)
     for key, vb in b.items():
         if key in ANNOTATIONS or key not in out:
@@ -110,17 +112,16 @@ def merge(a: Schema, b: Schema) -> Schema:
         elif key in ("properties", "patternProperties"):
             props = dict(va)
             for k, v in vb.items():
-                props[k] = merge(props[k], v) if k in props else v
+                props[k] = merge(seal(props[k]), seal(v)) if k in props else v
             out[key] = props
         elif key in ("items", "additionalProperties", "additionalItems", "propertyNames", "contains"):
             if isinstance(va, list) or isinstance(vb, list):
                 if va != vb:
                     raise GrammarError(f"allOf: cannot merge tuple '{key}'")
             else:
-                out[key] = merge(va, vb)
-        elif key == "prefixItems":
-            n = max(len(va), len(vb))
-            out[key] = [merge(va[i] if i < len(va) else True, vb[i] if i < len(vb) else True) for i in range(n)]
+                out[key] = merge(seal(va), seal(vb))
+        elif key == "prefixItems":  # NOTE: of one length here (_tuple_items)
+            out[key] = [merge(seal(x), seal(y)) for x, y in zip(va, vb)]
         elif key in _MIN and not isinstance(va, bool) and not isinstance(vb, bool):
             out[key] = max(va, vb)
         elif key in _MAX and not isinstance(va, bool) and not isinstance(vb, bool):
@@ -155,16 +156,85 @@ def merge(a: Schema, b: Schema) -> Schema:
 
 
 def _fix_additional(out: dict, a: dict, b: dict) -> None:
-    """Properties declared by only one side must also satisfy the other side's
-    ``additionalProperties`` (when it has one)."""
+    """Properties (and ``patternProperties`` patterns) declared by only one side must also satisfy
+    the other side's ``additionalProperties`` (when it has one; also where the other side's own
+    patterns would have exempted a key: a sound restriction)."""
     for side, other in ((a, b), (b, a)):
         addl = other.get("additionalProperties")
         if addl is None or addl is True:
             continue
-        mine = side.get("properties", {})
-        theirs = other.get("properties", {})
-        props = dict(out.get("properties", {}))
-        for k in mine:
-            if k not in theirs:
-                props[k] = merge(props[k], addl)
-        out["properties"] = props
+        for key in ("properties", "patternProperties"):
+            mine, theirs = side.get(key, {}), other.get(key, {})
+            props = dict(out.get(key, {}))
+            for k in mine:
+                if k not in theirs:
+                    props[k] = merge(seal(props[k]), seal(addl))
+            if props:
+                out[key] = props
+
+
+def _tuple_items(a: dict, b: dict) -> tuple[dict, dict]:
+    """``a`` and ``b`` with ``prefixItems`` of one length (the side with fewer positions, or none,
+    extended with its ``items``) so that merging position by position is exact: an ``items`` of
+    one side applies to every position the other side's ``prefixItems`` covers."""
+    n = max(len(a.get("prefixItems", [])), len(b.get("prefixItems", [])))
+    out = []
+    for s in (a, b):
+        pre = list(s.get("prefixItems", []))
+        if len(pre) < n:
+            s = dict(s)
+            s["prefixItems"] = pre + [s.get("items", True)] * (n - len(pre))
+        out.append(s)
+    return out[0], out[1]
+
+
+def seal(s: Schema) -> Schema:
+    """``s`` as a sibling of other schemas: its ``unevaluatedProperties`` sees only what ``s``
+    itself evaluates, so it becomes ``additionalProperties`` (a no-op beside one). Exact for ``s``
+    without in-place applicators; with them (``allOf``, ``anyOf``, ``$ref`` ...) stricter, never
+    looser: the keys those evaluate must then satisfy it too."""
+    if not isinstance(s, dict) or "unevaluatedProperties" not in s:
+        return s
+    out = dict(s)
+    u = out.pop("unevaluatedProperties")
+    if "additionalProperties" not in out:
+        out["additionalProperties"] = u
+    return out
+
+
+def unevaluated(schema: Schema) -> bool:
+    """Whether ``schema`` restricts its unevaluated properties."""
+    return isinstance(schema, dict) and schema.get("unevaluatedProperties", True) is not True
+
+
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("if", "then", "else")
+
+
+def guard(s: Schema, u: Schema) -> Schema:
+    """``s`` (merged beside ``unevaluatedProperties: u`` though its annotations do not count: the
+    positive form of a ``not``, a failed ``if``) with ``u`` applied to every key it may evaluate,
+    so that the merge never lets through a key that ``u`` rejects (a sound restriction)."""
+    if u is None or u is True or not isinstance(s, dict):
+        return s
+    s = seal(s)
+    if "$ref" in s:
+        raise GrammarError("unsupported: unevaluatedProperties beside a $ref under 'not' or 'if'")
+    out = dict(s)
+    for key in ("properties", "patternProperties"):
+        if isinstance(s.get(key), dict):
+            out[key] = {k: merge(seal(v), u) for k, v in s[key].items()}
+    if "additionalProperties" in s:
+        out["additionalProperties"] = merge(seal(s["additionalProperties"]), u)
+    for key in _IN_PLACE_LISTS:
+        if isinstance(s.get(key), list):
+            out[key] = [guard(b, u) for b in s[key]]
+    for key in _IN_PLACE_ONE:
+        if key in s:
+            out[key] = guard(s[key], u)
+    for key in ("dependentSchemas", "dependencies"):
+        if isinstance(s.get(key), dict):
+            out[key] = {k: v if isinstance(v, list) else guard(v, u) for k, v in s[key].items()}
+    if "x-any" in s:
+        out["x-any"] = [(k, [guard(b, u) for b in bs]) for k, bs in s["x-any"]]
+    return out

@@ -11,7 +11,7 @@ from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE
 from radixlm.grammar.schema_checks import implied_types
-from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, merge, resolve_pointer
+from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, guard, merge, resolve_pointer
 
 
 # keyword -> (instance type, the opposite keyword, whether it is a lower bound)
@@ -72,6 +72,17 @@ class NotMixin:
             if keys == {"anyOf"}:
                 todo.extend(neg["anyOf"])
                 continue
+            if len(keys) == 1 and keys <= {"enum", "const"} and _numbers(neg):
+                # NOTE: a number other than the values: open intervals between them (positive);
+                # the other values stay an automaton difference
+                others = [v for v in _values(neg) if not _is_number(v)]
+                if others:
+                    keep.append({"enum": others})
+                pos = _not_numbers(_numbers(neg))
+                schema = merge(schema, guard(pos, schema.get("unevaluatedProperties")))
+                if not isinstance(schema, dict):
+                    return schema
+                continue
             if keys == {"type"} or keys <= {"enum", "const"} or keys == {"pattern"} or (
                     keys == {"type", "pattern"} and neg.get("type") == "string"):
                 keep.append(neg)
@@ -83,7 +94,8 @@ class NotMixin:
                     raise
                 checks.append({"not": neg})
                 continue
-            schema = merge(schema, pos)
+            # NOTE: a not's annotations never count: guarded against unevaluatedProperties
+            schema = merge(schema, guard(pos, schema.get("unevaluatedProperties")))
             if not isinstance(schema, dict):
                 return schema
         if keep:
@@ -252,6 +264,34 @@ def _some_name(names: Any) -> Any:
             return False
         return {"type": "object", "anyOf": [{"required": [k]} for k in keys]}
     raise GrammarError("unsupported JSON Schema keyword: 'not' (with propertyNames)")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _values(neg: dict) -> list:
+    return [neg["const"]] if "const" in neg else list(neg["enum"]) if isinstance(neg.get("enum"), list) else []
+
+
+def _numbers(neg: dict) -> list:
+    """The numeric values of ``neg``'s ``enum`` / ``const``, ascending, without duplicates."""
+    return sorted({v for v in _values(neg) if _is_number(v)})
+
+
+def _not_numbers(nums: list) -> dict:
+    """Any instance but the numbers ``nums`` (ascending): the other types, or a number in one of
+    the open intervals between them."""
+    branches: list[Any] = [{"type": ["null", "boolean", "object", "array", "string"]}]
+    bounds = [None] + list(nums) + [None]
+    for lo, hi in zip(bounds, bounds[1:]):
+        part: dict = {"type": "number"}
+        if lo is not None:
+            part["exclusiveMinimum"] = lo
+        if hi is not None:
+            part["exclusiveMaximum"] = hi
+        branches.append(part)
+    return {"anyOf": branches}
 
 
 def _negate_bound(neg: dict) -> dict:

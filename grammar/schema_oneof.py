@@ -26,7 +26,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.schema_checks import (
     ARRAY_KWS, NUMBER_KWS, OBJECT_KWS, STRING_KWS, implied_types, unsatisfiable,
 )
-from radixlm.grammar.schema_merge import ANNOTATIONS, merge, types_of
+from radixlm.grammar.schema_merge import ANNOTATIONS, merge, seal, types_of
 
 MAX_OUTSIDE = 4
 MAX_SPLIT = 12  # branches of a combinator that ``separate`` distributes over
@@ -134,6 +134,7 @@ def _split(s: Any, prepare: Callable[[Any], Any]) -> tuple[str, list[Any]] | Non
         if b is None:
             return None
         try:
+            b = seal(b)  # NOTE: a branch's unevaluated* sees only the branch
             part = b if b is False else prepare(merge(b, rest) if first else merge(rest, b))
         except GrammarError:
             return None

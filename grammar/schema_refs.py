@@ -78,6 +78,8 @@ def canonical_refs(root: Any) -> Any:
     _index(root, "", where)
     registry = registry_for(root)
     draft4 = _specification(root).name in ("draft-03", "draft-04")
+    # NOTE: up to draft 7 a $ref hides its siblings, $id included: it does not move the base URI
+    ref_alone = _specification(root).name in ("draft-03", "draft-04", "draft-06", "draft-07")
     resolvers: dict[str, Any] = {}
 
     def target(ref: str, base: str) -> Any:
@@ -99,7 +101,7 @@ def canonical_refs(root: Any) -> Any:
         if not isinstance(node, dict):
             return node
         ident = node.get("$id", node.get("id") if draft4 else None)
-        if isinstance(ident, str) and node is not root:
+        if isinstance(ident, str) and node is not root and not (ref_alone and "$ref" in node):
             base = urljoin(base, ident.split("#")[0]) if not ident.startswith("#") else base
         out: dict = {}
         for k, v in node.items():

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import json
 
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.schema_merge import ANNOTATIONS
+from radixlm.grammar.schema_merge import ANNOTATIONS, guard, unevaluated
 
 DEPENDENCY_KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
 
@@ -52,15 +52,18 @@ def rewrite_conditionals(schema: dict, negatable: Callable[[Any], bool]) -> dict
             else:
                 raise GrammarError(f"'{key}' of {prop!r} must be a list or a schema")
             pending.append(("anyOf", [{"properties": {prop: False}}, present]))
+    if "if" in out and "then" not in out and "else" not in out and not unevaluated(out):
+        out.pop("if")  # NOTE: no effect (its annotations matter only to unevaluatedProperties)
     if "if" in out:
         cond, then, other = out.pop("if"), out.pop("then", True), out.pop("else", True)
+        u = out.get("unevaluatedProperties")  # NOTE: a failed if's (and its then's) annotations do not count
         branches = [{"allOf": [cond, then]}]
         if negatable(cond):
-            branches.append({"allOf": [{"not": cond}, other]})
+            branches.append({"allOf": [guard({"not": cond}, u), other]})
         elif other is True or other == {}:
-            branches = [then]  # NOTE: then alone holds with the condition or without it
+            branches = [guard(then, u)]  # NOTE: then alone holds with the condition or without it
         else:
-            branches.append({"allOf": [then, other]})  # NOTE: both: valid whatever the condition
+            branches.append({"allOf": [guard(then, u), guard(other, u)]})  # NOTE: both: valid whatever the condition
         pending.append(("anyOf", branches))
     else:  # then / else without if have no effect
         out.pop("then", None)

@@ -1,0 +1,90 @@
+"""JSON Schema conformance fixes found with ``benchmarks/schema_test_suite.py`` (the official
+JSON-Schema-Test-Suite, run outside the repository): one accept/reject row per fix, schemas written
+here. Each instance is walked token by token on real vocabularies (``schema_table_tests``); the
+table itself is checked against ``jsonschema``. Soundness rows: an invalid instance the engine once
+accepted; completeness rows: a valid one it once rejected (or a schema it could not compile)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from radixlm.grammar import GrammarError
+from radixlm.grammar.json_schema import json_schema_to_ast
+from radixlm.grammar.testing import schema_table_tests
+
+D7 = "http://json-schema.org/draft-07/schema#"
+
+# (name, schema, valid instances, invalid instances)
+CASES: list[tuple[str, Any, list, list]] = [
+    # strings: a surrogate pair escape (json.dumps of a character above the BMP) is one character
+    ("minLength counts a surrogate pair once", {"type": "string", "minLength": 2},
+     ["\U0001F389\U0001F389", "ab", "a\U0001F389"], ["\U0001F389", "a", ""]),
+    ("maxLength counts a surrogate pair once", {"type": "string", "maxLength": 1},
+     ["\U0001F389", "x", ""], ["\U0001F389\U0001F389", "xy"]),
+    # allOf merging: items of one side covers the prefixItems positions of the other
+    ("items beside prefixItems in allOf", {"type": "array", "items": {"type": "integer", "maximum": 9},
+                                           "allOf": [{"prefixItems": [{"type": "integer", "minimum": 5}]}]},
+     [[5, 1], [9], []], [[12], [6, 10], [4]]),
+    ("patternProperties under the other side's additionalProperties", {"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+        {"patternProperties": {"^x": {"type": "integer"}}}]},
+     [{"a": 1}, {}], [{"x1": 1}, {"a": 1, "xy": 2}]),
+    # unevaluatedProperties: a branch's sees only the branch; the parent's sees the branches
+    ("unevaluatedProperties in a $ref target", {
+        "$defs": {"closed": {"type": "object", "properties": {"id": {"type": "integer"}}, "unevaluatedProperties": False}},
+        "$ref": "#/$defs/closed", "properties": {"name": {"type": "string"}}},
+     [{"id": 1}, {}], [{"id": 1, "name": "x"}, {"name": "y"}]),
+    ("unevaluatedProperties in one allOf branch", {"type": "object", "allOf": [
+        {"properties": {"a": {"type": "integer"}}},
+        {"properties": {"b": {"type": "integer"}}, "unevaluatedProperties": False}]},
+     [{"b": 1}, {}], [{"a": 1}, {"a": 1, "b": 2}]),
+    ("unevaluatedProperties of the parent sees allOf", {
+        "type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}}],
+        "properties": {"b": {"type": "string"}}, "unevaluatedProperties": False},
+     [{"a": 1, "b": "x"}, {"a": 2}], [{"c": 1}, {"a": "x"}]),
+    ("unevaluatedProperties ignores what a not declares", {
+        "type": "object", "properties": {"a": {"type": "integer"}},
+        "not": {"not": {"properties": {"b": {"type": "integer"}}}}, "unevaluatedProperties": False},
+     [{"a": 1}, {}], [{"a": 1, "b": 1}, {"b": 1}]),
+    ("unevaluatedProperties ignores a failed if", {
+        "type": "object", "if": {"properties": {"mode": {"const": "a"}}, "required": ["mode"]},
+        "then": {"properties": {"x": {"type": "integer"}}}, "else": {"properties": {"y": {"type": "integer"}}},
+        "unevaluatedProperties": False},
+     [{"mode": "a", "x": 1}, {"mode": "a"}, {"y": 1}, {}], [{"mode": "b", "y": 1}, {"mode": "b"}, {"x": 1}]),
+    ("unevaluatedProperties beside exclusive oneOf", {
+        "type": "object", "oneOf": [
+            {"properties": {"t": {"const": 1}, "n": {"type": "integer"}}, "required": ["t"]},
+            {"properties": {"t": {"const": 2}, "s": {"type": "string"}}, "required": ["t"]}],
+        "unevaluatedProperties": False},
+     [{"t": 1, "n": 3}, {"t": 2, "s": "x"}, {"t": 1}], [{"t": 1, "s": "x"}, {"t": 3}, {"t": 2, "n": 1}]),
+    # not: numbers other than the enum / const values are open intervals between them
+    ("not const number", {"type": ["integer", "string"], "not": {"const": 3}}, [2, 4, -7, "3"], [3, 3.0]),
+    ("not enum with numbers", {"not": {"enum": [1.5, 2, "x"]}, "type": ["number", "string", "null"]},
+     [1, 1.25, 2.5, "y", None], [1.5, 2, "x"]),
+    ("then false: the condition must fail", {"type": "integer", "if": {"const": 1}, "then": False}, [0, 2, 10], [1]),
+    ("if without then or else has no effect", {"type": "integer", "if": {"minimum": 10}}, [1, 20], ["a"]),
+    # $ref: up to draft 7 a sibling $id does not move the base URI
+    ("draft-7 $id beside $ref", {
+        "$schema": D7, "$id": "http://example.com/root/",
+        "definitions": {"a": {"$id": "http://example.com/x.json", "type": "string"},
+                        "b": {"$id": "x.json", "type": "integer"}},
+        "allOf": [{"$id": "http://example.com/", "$ref": "x.json"}]},
+     [3, 0], ["s"]),
+]
+
+test_table_agrees_with_jsonschema, test_table_token_by_token = schema_table_tests(CASES)
+
+# Schemas that must fail to compile (naming the cause), not compile to something unsound.
+ERRORS: list[tuple[str, Any, str]] = [
+    ("overlapping oneOf beside unevaluatedProperties", {
+        "type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}], "unevaluatedProperties": False},
+     "oneOf"),
+]
+
+
+@pytest.mark.parametrize("name,schema,needle", ERRORS, ids=[e[0] for e in ERRORS])
+def test_clean_errors(name: str, schema: Any, needle: str) -> None:
+    with pytest.raises(GrammarError, match=needle):
+        json_schema_to_ast(schema)
