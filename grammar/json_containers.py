@@ -84,26 +84,35 @@ class ContainerMixin(ExtrasMixin):
         return out
 
     def _contains(self, s: dict, out: Node, elem_schemas: list, rest_node: Node, nodes: list[Node]) -> Node:
-        """``contains`` (with ``minContains`` <= 1): some element also matches the schema.
-        The array language is intersected with "[ e, ..., m, ..., e ]" where ``e`` is any element
-        form and ``m`` an element form that also satisfies ``contains``."""
+        """``contains`` with ``minContains`` (default 1) and ``maxContains``: the array language
+        intersected with "[ e, ..., m, ..., e ]" (at least k elements ``m`` that also satisfy
+        ``contains``, ``e`` any element form) or, with ``maxContains``, with sequences of ``m`` and
+        ``n`` (elements that do not satisfy it: its ``not``) holding between k and the maximum ``m``."""
         lo_c = int(s.get("minContains", 1))
-        if "maxContains" in s:
-            raise GrammarError("unsupported JSON Schema keyword: 'maxContains'")
-        if lo_c > 1:
-            raise GrammarError("unsupported JSON Schema keyword: 'minContains' above 1")
-        if lo_c == 0:
+        hi_c = None if s.get("maxContains") is None else int(s["maxContains"])
+        if hi_c is not None and hi_c < lo_c:
+            return NOTHING
+        if lo_c <= 0 and hi_c is None:
             return out
         wanted = s["contains"]
-        marks = [self.node({"allOf": [e, wanted]}) for e in elem_schemas if e is not False]
-        mark = alt(*marks)
-        if mark == NOTHING:
+        elems = [e for e in elem_schemas if e is not False]
+        mark = alt(*(self.node({"allOf": [e, wanted]}) for e in elems))
+        if mark == NOTHING and lo_c > 0:
             return NOTHING
-        anyone = alt(rest_node, *nodes)
         sep = self.comma
-        found = cat(char("["), self.inner, rep(cat(anyone, sep), 0, None), mark,
-                    rep(cat(sep, anyone), 0, None), self.inner, char("]"))
-        if not nodes and s.get("minItems", 0) <= 1 and "maxItems" not in s:
+        if hi_c is None:
+            anyone = alt(rest_node, *nodes)
+            seg = cat(rep(cat(anyone, sep), 0, None), mark)
+            body = cat(seg, rep(cat(sep, seg), lo_c - 1, lo_c - 1), rep(cat(sep, anyone), 0, None))
+        else:
+            non = alt(*(self.node({"allOf": [e, {"not": wanted}]}) for e in elems))
+            nons = rep(cat(sep, non), 0, None)
+            more = cat(sep, mark, nons)
+            body = alt(cat(non, nons, rep(more, lo_c, hi_c)),
+                       cat(mark, nons, rep(more, max(lo_c - 1, 0), hi_c - 1)) if hi_c > 0 else NOTHING)
+            body = opt(body) if lo_c <= 0 else body
+        found = cat(char("["), self.inner, body, self.inner, char("]"))
+        if not nodes and s.get("minItems", 0) <= max(lo_c, 0) and "maxItems" not in s:
             return found  # the same language: every element is a rest element
         if self.walk.has_ref(out) or self.walk.has_ref(found):
             raise GrammarError("unsupported JSON Schema keyword: 'contains' (with tuple items or item "

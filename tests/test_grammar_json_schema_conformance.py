@@ -65,6 +65,17 @@ CASES: list[tuple[str, Any, list, list]] = [
      [1, 1.25, 2.5, "y", None], [1.5, 2, "x"]),
     ("then false: the condition must fail", {"type": "integer", "if": {"const": 1}, "then": False}, [0, 2, 10], [1]),
     ("if without then or else has no effect", {"type": "integer", "if": {"minimum": 10}}, [1, 20], ["a"]),
+    # contains with minContains above 1 and maxContains (exact element counts)
+    ("minContains 2", {"type": "array", "contains": {"type": "integer", "minimum": 10}, "minContains": 2},
+     [[10, 11], [1, 10, 2, 20], [10, 10, 10]], [[10], [1, 2], []]),
+    ("maxContains 1", {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 10}, "maxContains": 1},
+     [[10, 3], [1, 10], [11]], [[10, 11], [1, 2], [], [12, 1, 13]]),
+    ("minContains 0 maxContains 2 over any items", {"type": "array", "contains": {"const": "x"},
+                                                     "minContains": 0, "maxContains": 2},
+     [[], ["y"], ["x", 1, "x"], [{"a": "x"}]], [["x", "x", "x"]]),
+    ("minContains with prefixItems", {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "integer"},
+                                       "contains": {"type": "integer", "minimum": 5}, "minContains": 2},
+     [["a", 5, 6], ["b", 9, 1, 7]], [["a", 5], ["a", 1, 6], [5, 6, 7]]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
