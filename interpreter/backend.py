@@ -94,7 +94,7 @@ class Backend(ABC):
         """Complete ``prompt``. Returns ``(text, meta_info)``; text excludes prompt and stop."""
         obj = self.request({**_payload(prompt, params, self.typed_sampling_params), **self._lease_fields()})
         assert isinstance(obj, dict)
-        return obj["text"], obj["meta_info"]
+        return obj["text"], raise_if_rejected(obj["meta_info"])
 
     def generate_n(self, prompt: str, params: SamplingParams,
                    n: int) -> tuple[list[str], list[Response]]:
@@ -103,7 +103,7 @@ class Backend(ABC):
         payload["text"] = [prompt] * n
         objs = self.request(payload)
         assert isinstance(objs, list) and len(objs) == n
-        return [o["text"] for o in objs], [o["meta_info"] for o in objs]
+        return [o["text"] for o in objs], [raise_if_rejected(o["meta_info"]) for o in objs]
 
     def generate_stream(self, prompt: str, params: SamplingParams) -> Iterator[tuple[str, Response]]:
         """Stream a completion: yields ``(delta_text, meta_info)``; deltas concatenate to the text."""
@@ -112,7 +112,8 @@ class Backend(ABC):
         seen = 0
         for chunk in self.request_stream(payload):
             text = chunk.get("text", "")
-            yield text[seen:], chunk.get("meta_info", {})
+            meta = raise_if_rejected(chunk.get("meta_info", {}))
+            yield text[seen:], meta
             seen = len(text)
 
     def commit_prefix(self, prompt: str) -> Response:
@@ -123,7 +124,7 @@ class Backend(ABC):
         obj = self.request({"text": prompt, "sampling_params": {"max_new_tokens": 0},
                             **self._lease_fields()})
         assert isinstance(obj, dict)
-        return obj["meta_info"]
+        return raise_if_rejected(obj["meta_info"])
 
     def cache_prefix(self, prefix: str) -> None:
         """SGLang's name for :meth:`commit_prefix` (returns nothing)."""
@@ -135,6 +136,21 @@ class Backend(ABC):
         from radixlm.interpreter.select import score_choices
 
         return score_choices(self, prompt, choices, method, self._lease_fields())
+
+
+def raise_if_rejected(meta: Response) -> Response:
+    """Return ``meta``, or raise ``RuntimeError`` when its ``finish_reason`` is an abort carrying
+    an HTTP ``status_code`` (a rejected request: invalid grammar, bad parameter, no KV room).
+
+    The in-process Engine reports such failures in the response, where the HTTP server answers
+    4xx/5xx (which :class:`RuntimeEndpoint` raises), so both backends fail a program the same way,
+    as SGLang's frontend does.  An abort without a status (``abort_request``) keeps its text.
+    """
+    reason = meta.get("finish_reason") if isinstance(meta, dict) else None
+    if isinstance(reason, dict) and reason.get("type") == "abort" and reason.get("status_code"):
+        raise RuntimeError(f"request rejected ({reason['status_code']}): "
+                           f"{reason.get('message', 'aborted')}")
+    return meta
 
 
 def _payload(prompt: str, params: SamplingParams, typed: bool = False) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from radixlm.interpreter.backend import Backend
@@ -221,10 +222,14 @@ class StreamExecutor:
             if node.name is not None:
                 self.set_var(node.name, decision.decision, decision.meta_info)
         elif isinstance(node, RoleBegin):
+            if self.cur_role is not None:  # NOTE: SGLang asserts the same
+                raise ValueError(f"Nested roles are not allowed: {node.role!r} message opened "
+                                 f"inside an open {self.cur_role!r} message")
             self._append(self.chat_template.begin(node.role))
             self.cur_role, self._role_pos = node.role, len(self.text_)
         elif isinstance(node, RoleEnd):
-            content = self.text_[self._role_pos:]
+            # NOTE: SGLang's messages() hold the content with leading whitespace stripped.
+            content = self.text_[self._role_pos:].lstrip()
             with self._cond:
                 self.messages_.append({"role": node.role, "content": content})
             self.cur_role = None
@@ -250,7 +255,14 @@ class StreamExecutor:
             if node.name is not None:
                 self.set_var(node.name, texts, metas)
             return
-        if not self.stream:
+        if params.max_new_tokens == 0 and params.return_logprob:
+            # NOTE: SGLang's prefill samples one token even for max_new_tokens=0, so such a gen
+            # reports the next-token distribution (``output_top_logprobs[0]``, used for CoT
+            # decoding); the text stays empty. Ask for that one token, keep its logprobs only.
+            _, meta = self.backend.generate(self.text_, replace(params, max_new_tokens=1,
+                                                                 min_new_tokens=None))
+            text = ""
+        elif not self.stream:
             text, meta = self.backend.generate(self.text_, params)
             self._append(text, node.name)
         else:
@@ -258,6 +270,9 @@ class StreamExecutor:
             meta: dict[str, Any] = {}
             for delta, meta in self.backend.generate_stream(self.text_, params):
                 parts.append(delta)
+                if node.name is not None and meta:
+                    with self._cond:  # NOTE: as SGLang, the meta info follows the stream
+                        self.meta_info[node.name] = meta
                 self._append(delta, node.name)
             text = "".join(parts)
         if node.name is not None:

@@ -34,6 +34,8 @@ from radixlm.lang.choices import (  # noqa: F401 - re-exported (older import pat
     choices_method_name, decide_choices, sglang_entries,
 )
 
+from radixlm.interpreter.backend import raise_if_rejected
+
 if TYPE_CHECKING:
     from radixlm.interpreter.backend import Backend
 
@@ -68,7 +70,7 @@ def score_choices(backend: Backend, prompt: str, choices: list[str],
             raise
         return score_choices_multi_request(backend, prompt, choices, method)
     assert isinstance(obj, dict)
-    meta = obj["meta_info"]
+    meta = raise_if_rejected(obj["meta_info"])
     if NATIVE_KEY not in meta:  # the server ignored `choices`: this was the prefill-only commit
         return score_choices_multi_request(backend, prompt, choices, method, commit=meta)
     return apply_choices_method(method, choices, meta[NATIVE_KEY], meta["input_token_logprobs"],
@@ -98,7 +100,7 @@ def score_choices_multi_request(backend: Backend, prompt: str, choices: list[str
         **backend._lease_fields(),
     })
     assert isinstance(objs, list) and len(objs) == len(choices)
-    raw = [o["meta_info"]["input_token_logprobs"] for o in objs]
+    raw = [raise_if_rejected(o["meta_info"])["input_token_logprobs"] for o in objs]
     unconditional: list[list[LogprobEntry]] | None = None
     if method.requires_unconditional_logprobs:
         own = [choice_token_entries(prompt, c, e, start, prompt_tokens) for c, e in zip(choices, raw)]
@@ -121,5 +123,5 @@ def _unconditional(backend: Backend, input_lp: list[list[LogprobEntry]]) -> list
         })
         assert isinstance(objs, list)
         for i, obj in zip(todo, objs):
-            out[i] = obj["meta_info"]["input_token_logprobs"]
+            out[i] = raise_if_rejected(obj["meta_info"])["input_token_logprobs"]
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixlm.lang.choices import ChoicesSamplingMethod, token_length_normalized
-from radixlm.lang.constraints import dtype_to_regex, json_schema_to_str
+from radixlm.lang.constraints import check_regex, dtype_to_regex, json_schema_to_str
 from radixlm.lang.ir import (
     Expr, ExprList, Gen, RoleBegin, RoleEnd, SamplingParams, Select, SeparateReasoning,
     VarScopeBegin, VarScopeEnd, as_exprs,
@@ -68,7 +68,8 @@ def gen(
     Returns:
         a :class:`~radixlm.lang.ir.Gen` (or :class:`~radixlm.lang.ir.Select`) node.
     Raises:
-        ValueError: ``n`` < 1, an unsupported ``dtype``, or more than one constraint given.
+        ValueError: ``n`` < 1, an unsupported ``dtype``, an invalid ``regex`` (checked here, as
+            SGLang's ``gen`` does), or more than one constraint given.
         TypeError: a ``json_schema`` of an unsupported type.
     """
     if choices is not None:
@@ -78,6 +79,8 @@ def gen(
         raise ValueError(f"gen(n={n}): n must be >= 1")
     if dtype is not None:
         dtype_to_regex(dtype)  # validate early
+    if regex is not None:
+        check_regex(regex)
     constraints = [c for c in (dtype, regex, json_schema, ebnf) if c is not None]
     if len(constraints) > 1:
         raise ValueError("give at most one of dtype, regex, json_schema, ebnf")

@@ -9,6 +9,7 @@ at ``" "`` and ``"\\n"`` (:func:`dtype_stop_strings`), which is how such a gener
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 REGEX_INT = r"[-+]?[0-9]+[ \n]*"
@@ -62,3 +63,28 @@ def json_schema_to_str(schema: Any) -> str:
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return json.dumps(schema.model_json_schema())
     raise TypeError(f"json_schema must be a str, dict or pydantic model class, got {type(schema)}")
+
+
+def check_regex(pattern: str) -> None:
+    """Validate a ``gen(regex=...)`` pattern when the program is built (SGLang's ``gen`` compiles
+    it with ``re``).  A pattern Python's ``re`` rejects is still accepted when radixlm's grammar
+    parses it (e.g. ``\\p{L}``); only the grammar's message is raised otherwise.
+
+    Raises:
+        ValueError: the pattern is not a string or is not a valid regex.
+    """
+    if not isinstance(pattern, str):
+        raise ValueError(f"regex must be a str, got {type(pattern).__name__}")
+    try:
+        re.compile(pattern)
+        return
+    except re.error as exc:
+        first = exc
+    try:
+        from radixlm.grammar.regex_parser import parse_regex
+    except ImportError:  # NOTE: a client without the runtime's dependencies: re decides
+        raise ValueError(f"invalid regex {pattern!r}: {first}") from first
+    try:
+        parse_regex(pattern)
+    except ValueError as exc:
+        raise ValueError(f"gen(regex=...): {exc}") from first

@@ -144,9 +144,29 @@ class Function:
         from radixlm.interpreter.runner import run_program
 
         sampling, program_kwargs = split_run_kwargs(kwargs)
-        defaults = run_defaults({**_explicit(locals()), **sampling})
+        explicit = self._claim_program_arguments(_explicit(locals()), args, program_kwargs)
+        defaults = run_defaults({**explicit, **sampling})
         return run_program(self, backend, args, program_kwargs, defaults, stream,
                            use_thread=use_thread)
+
+    def _claim_program_arguments(self, explicit: dict[str, Any], args: tuple[Any, ...],
+                                 program_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Give a program parameter named like a run option (``def f(s, question, n)`` run as
+        ``f.run(question=q, n=5)``) its value: Python binds ``n`` to ``run``'s option, which would
+        leave the program without its argument.  It is claimed when the program needs it (no
+        default, not given otherwise) or when the caller passed a non-default value; the option
+        then keeps its default.  Updates ``program_kwargs``; returns the remaining options."""
+        given = set(self.arg_names[: len(args)]) | set(program_kwargs) | set(self.bind_arguments)
+        params = inspect.signature(self.func).parameters
+        out = dict(explicit)
+        for name, value in explicit.items():
+            if name not in params or name in given or name not in self.arg_names:
+                continue
+            required = params[name].default is inspect.Parameter.empty
+            if required or value != _RUN_DEFAULTS[name]:
+                program_kwargs[name] = value
+                out[name] = _RUN_DEFAULTS[name]
+        return out
 
     def run_batch(
         self,
@@ -223,6 +243,10 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<radixlm.function {self.__name__}>"
+
+
+_RUN_DEFAULTS = {k: p.default for k, p in inspect.signature(Function.run).parameters.items()
+                 if k in _RUN_SAMPLING}
 
 
 def function(func: Callable[..., Any] | None = None,

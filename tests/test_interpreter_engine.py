@@ -219,4 +219,4 @@ def test_gen_n_samples_on_the_real_model(engine, backend):
     st = prog.run(backend=backend)
     assert st.error() is None, st.error()
     assert isinstance(st["f"], list) and len(st["f"]) == 3 and all(isinstance(x, str) for x in st["f"])
-    assert st.messages()[-1] == {"role": "assistant", "content": st["f"][0]}
+    assert st.messages()[-1] == {"role": "assistant", "content": st["f"][0].lstrip()}

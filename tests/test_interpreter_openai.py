@@ -77,7 +77,7 @@ def test_openai_chat_gen_matches_the_native_greedy_output(runtime, chat):
     prompt = (CHATML.format(role="system", content="You are terse.")
               + CHATML.format(role="user", content="Name a colour.") + "<|im_start|>assistant\n")
     assert st.error() is None and st["a"] == native(runtime, prompt, max_new_tokens=6)
-    assert st.messages()[-1] == {"role": "assistant", "content": st["a"]}
+    assert st.messages()[-1] == {"role": "assistant", "content": st["a"].lstrip()}  # SGLang lstrips contents
     assert st.get_meta_info("a")["completion_tokens"] <= 6
     assert chat.token_usage.completion_tokens > 0
 

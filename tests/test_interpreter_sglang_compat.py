@@ -1,0 +1,178 @@
+"""SGLang frontend behaviours found by benchmarks/dsl_compat_probe.py (program shapes taken from
+SGLang's test programs, examples and benchmarks). Expected values follow SGLang's frontend
+(``sglang/lang/interpreter.py``, ``sglang/lang/api.py``) and, on the real default model, are
+computed from plain Engine requests, never from the code under test."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import radixlm as sgl
+from radixlm.lang.chat_template import ChatTemplate
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class LogBackend(sgl.Backend):
+    """Answers every generation with ``reply`` (or ``meta`` overrides); logs each payload."""
+
+    def __init__(self, reply: str = "ok", meta: dict[str, Any] | None = None) -> None:
+        self.chat_template = ChatTemplate("t", {r: (f"<{r}>", f"</{r}>")
+                                                for r in ("system", "user", "assistant")})
+        self.reply, self.meta, self.log = reply, meta or {}, []
+
+    def _one(self, prompt: str, sp: Any) -> dict[str, Any]:
+        return {"text": self.reply, "meta_info": {"prompt_tokens": len(prompt), **self.meta}}
+
+    def request(self, payload: dict[str, Any]) -> Any:
+        self.log.append(payload)
+        if isinstance(payload["text"], list):
+            return [self._one(t, payload["sampling_params"]) for t in payload["text"]]
+        return self._one(payload["text"], payload["sampling_params"])
+
+    def request_stream(self, payload: dict[str, Any]):
+        yield self.request(payload)
+
+    def flush_cache(self, empty_cache: bool = True) -> None:
+        pass
+
+    def get_server_info(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = sgl.Engine(device="cpu", max_total_tokens=8192)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def backend(engine):
+    return sgl.EngineBackend(engine)
+
+
+def test_nested_roles_fail_the_program():
+    @sgl.function
+    def prog(s):
+        with s.user():
+            s += "q"
+            s += sgl.assistant("a")
+
+    st = prog.run(backend=LogBackend())
+    assert isinstance(st.error(), ValueError) and "Nested roles" in str(st.error())
+
+
+def test_message_contents_are_left_stripped():
+    @sgl.function
+    def prog(s):
+        s += sgl.user("  padded")
+        s += sgl.assistant(sgl.gen("a"))
+
+    st = prog.run(backend=LogBackend(reply="\n  answer "))
+    assert st.messages() == [{"role": "user", "content": "padded"},
+                             {"role": "assistant", "content": "answer "}]
+    assert st["a"] == "\n  answer " and st.text().endswith("\n  answer </assistant>")
+
+
+def test_run_option_named_like_a_program_parameter_goes_to_the_program():
+    # SGLang's examples/frontend_language/usage/parallel_sample.py: def f(s, question, n) + run(n=5)
+    @sgl.function
+    def prog(s, question, n):
+        s += question
+        forks = s.fork(n)
+        forks += sgl.gen("g", max_tokens=2)
+        forks.join()
+
+    be = LogBackend()
+    st = prog.run(question="q", n=3, backend=be)
+    assert st.error() is None and st["g"] == ["ok"] * 3
+    gens = [p for p in be.log if p["sampling_params"].get("max_new_tokens") != 0]
+    assert len(gens) == 3 and all(isinstance(p["text"], str) for p in gens)  # not n=3 each
+
+    @sgl.function
+    def with_default(s, n=2):
+        s += "x" * n + sgl.gen("g", max_tokens=1)
+
+    assert with_default.run(backend=LogBackend()).text() == "xxok"
+    assert with_default.run(n=4, backend=LogBackend()).text() == "xxxxok"
+
+    @sgl.function
+    def no_param(s):
+        s += "x" + sgl.gen("g", max_tokens=1)
+
+    assert no_param.run(n=2, backend=LogBackend())["g"] == ["ok", "ok"]  # still the option
+
+
+def test_invalid_regex_is_rejected_when_the_program_is_built():
+    with pytest.raises(ValueError, match="regex"):
+        sgl.gen("x", regex="(unclosed")
+    with pytest.raises(ValueError, match="regex"):
+        sgl.gen("x", regex="a{3,1}")
+    sgl.gen("x", regex=r"\p{L}+")  # not Python re, but radixlm's grammar accepts it
+    sgl.gen("x", regex=r"[0-9]+")
+
+
+@pytest.mark.parametrize("status, rejected", [(400, True), (503, True), (None, False)])
+def test_aborted_responses_with_a_status_fail_the_program(status, rejected):
+    reason = {"type": "abort", "message": "invalid grammar: x"}
+    if status is not None:
+        reason["status_code"] = status
+
+    @sgl.function
+    def prog(s):
+        s += "x" + sgl.gen("a", max_tokens=2)
+
+    st = prog.run(backend=LogBackend(reply="", meta={"finish_reason": reason}))
+    if rejected:
+        assert isinstance(st.error(), RuntimeError) and "invalid grammar" in str(st.error())
+        with pytest.raises(sgl.ProgramError):
+            st["a"]
+    else:
+        assert st.error() is None and st["a"] == ""
+
+
+def test_grammar_rejected_by_the_engine_is_an_error(backend):
+    @sgl.function
+    def prog(s):
+        s += "x" + sgl.gen("a", max_tokens=3, json_schema={"type": "object", "properties": {
+            "a": {"type": "nonsense"}}})
+
+    st = prog.run(backend=backend)
+    assert isinstance(st.error(), RuntimeError) and "nonsense" in str(st.error())
+
+
+def test_zero_token_gen_reports_the_next_token_distribution(engine, backend):
+    # SGLang's examples/frontend_language/usage/cot_decoding.py
+    @sgl.function
+    def prog(s):
+        s += "The capital of France is"
+        s += sgl.gen("top", max_tokens=0, return_logprob=True, top_logprobs_num=4,
+                     return_text_in_logprobs=True)
+
+    st = prog.run(backend=backend, temperature=0)
+    ref = engine.generate("The capital of France is",
+                          {"max_new_tokens": 1, "temperature": 0}, return_logprob=True,
+                          top_logprobs_num=4, return_text_in_logprobs=True)
+    tops = st.get_meta_info("top")["output_top_logprobs"][0]
+    assert [t[1] for t in tops] == [t[1] for t in ref["meta_info"]["output_top_logprobs"][0]]
+    assert len(tops) == 4 and all(isinstance(t[2], str) for t in tops)
+    assert st["top"] == "" and st.text() == "The capital of France is"
+
+
+def test_streamed_meta_info_follows_the_stream(backend):
+    @sgl.function
+    def prog(s):
+        s += "Once upon a time" + sgl.gen("a", max_tokens=6, ignore_eos=True)
+
+    async def collect():
+        st = prog.run(stream=True, backend=backend, temperature=0)
+        return st, [x async for x in st.text_async_iter("a", return_meta_data=True)]
+
+    st, pairs = asyncio.run(collect())
+    assert "".join(p for p, _ in pairs) == st["a"] and len(pairs) >= 2
+    assert all(m.get("prompt_tokens") for _, m in pairs)
+    assert st.get_meta_info("a")["completion_tokens"] == 6
