@@ -81,8 +81,11 @@ def run_program_batch(func: Function, backend: Any, batch: list[Any], defaults: 
         return iter(()) if generator_style else []
     be = resolve_backend(backend)
     kwargs_list = [_as_kwargs(func, item) for item in batch]
-    for kw in kwargs_list:
-        func.bind_call((), kw)  # NOTE: fail fast on bad arguments, before any request is sent.
+    for i, kw in enumerate(kwargs_list):
+        try:
+            func.bind_call((), kw)  # NOTE: fail fast on bad arguments, before any request is sent.
+        except TypeError as exc:
+            raise TypeError(f"run_batch item {i}: {exc}") from None
     if global_config.enable_precache_with_tracing and len(batch) > 1:
         cache_program(func, be)
     workers = min(len(batch), 64) if num_threads == "auto" else max(1, int(num_threads))

@@ -7,6 +7,7 @@ a model until a program state executes them.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from radixlm.lang.choices import ChoicesSamplingMethod, token_length_normalized
@@ -62,17 +63,18 @@ def gen(
             options; the entries appear in ``s.get_meta_info(name)``.
         dtype: ``int``/``float``/``bool``/``str`` (or names): constrains the output with a regex
             (``radixlm.lang.constraints``); the value stays a string.
-        choices: if given, this is a :func:`select` with ``choices_method`` instead of a generation.
+        choices: if non-empty, this is a :func:`select` with ``choices_method`` instead of a generation.
         regex / json_schema / ebnf: constrained decoding; ``json_schema`` may be a JSON string, a
             dict or a pydantic model class.
     Returns:
         a :class:`~radixlm.lang.ir.Gen` (or :class:`~radixlm.lang.ir.Select`) node.
     Raises:
         ValueError: ``n`` < 1, an unsupported ``dtype``, an invalid ``regex`` (checked here, as
-            SGLang's ``gen`` does), or more than one constraint given.
+            SGLang's ``gen`` does), or more than one of ``regex``/``json_schema``/``ebnf`` (a
+            ``dtype`` given with a ``regex`` wins with a warning, as in SGLang).
         TypeError: a ``json_schema`` of an unsupported type.
     """
-    if choices is not None:
+    if choices:  # NOTE: as SGLang, an empty list means a plain generation
         return select(name, choices, temperature=temperature or 0.0,
                       choices_method=choices_method or token_length_normalized)
     if n is not None and int(n) < 1:
@@ -81,6 +83,11 @@ def gen(
         dtype_to_regex(dtype)  # validate early
     if regex is not None:
         check_regex(regex)
+    if dtype is not None and regex is not None:
+        # NOTE: SGLang's backends warn and use the dtype; keep that rather than fail the program.
+        warnings.warn(f"Both dtype and regex are set. Only dtype will be used. dtype: {dtype}, "
+                      f"regex: {regex}", stacklevel=2)
+        regex = None
     constraints = [c for c in (dtype, regex, json_schema, ebnf) if c is not None]
     if len(constraints) > 1:
         raise ValueError("give at most one of dtype, regex, json_schema, ebnf")

@@ -54,6 +54,18 @@ def split_run_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return sampling, {k: v for k, v in kwargs.items() if k not in _SAMPLING_KEYS}
 
 
+# NOTE: gen()'s names of options that run()/run_batch() spell differently (as in SGLang).
+_GEN_ONLY_NAMES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
+
+
+def option_hint(names: Any) -> str:
+    """A hint for misspelled run options among ``names`` (``max_tokens`` -> ``max_new_tokens``),
+    or ``""``."""
+    hits = [f"{k!r} is gen()'s name; run() and run_batch() take {_GEN_ONLY_NAMES[k]!r}"
+            for k in names if k in _GEN_ONLY_NAMES]
+    return f" ({'; '.join(hits)})" if hits else ""
+
+
 class Function:
     """A DSL program. Create with the :func:`function` decorator.
 
@@ -94,7 +106,10 @@ class Function:
         """
         sig = inspect.signature(self.func)
         merged = {**self.bind_arguments, **kwargs}
-        bound = sig.bind(None, *args, **merged)
+        try:
+            bound = sig.bind(None, *args, **merged)
+        except TypeError as exc:
+            raise TypeError(f"{self.__name__}(): {exc}{option_hint(merged)}") from None
         bound.apply_defaults()
         first = next(iter(sig.parameters))
         return {k: v for k, v in bound.arguments.items() if k != first}
@@ -215,7 +230,7 @@ class Function:
 
         unknown = set(sampling) - _SAMPLING_KEYS
         if unknown:
-            raise TypeError(f"unknown run_batch options {sorted(unknown)}")
+            raise TypeError(f"unknown run_batch options {sorted(unknown)}{option_hint(unknown)}")
         defaults = run_defaults({**_explicit(locals()), **sampling})
         return run_program_batch(self, backend, list(batch_kwargs), defaults, num_threads,
                                  progress_bar, generator_style=generator_style)

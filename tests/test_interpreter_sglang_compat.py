@@ -176,3 +176,25 @@ def test_streamed_meta_info_follows_the_stream(backend):
     assert "".join(p for p, _ in pairs) == st["a"] and len(pairs) >= 2
     assert all(m.get("prompt_tokens") for _, m in pairs)
     assert st.get_meta_info("a")["completion_tokens"] == 6
+
+
+def test_argument_errors_name_the_program_and_the_option():
+    @sgl.function
+    def qa(s, question):
+        s += question + sgl.gen("a", max_tokens=2)
+
+    with pytest.raises(TypeError, match=r"qa\(\).*'max_tokens'.*'max_new_tokens'"):
+        qa.run(question="x", max_tokens=3, backend=LogBackend())
+    with pytest.raises(TypeError, match=r"run_batch item 1: qa\(\).*'question'"):
+        qa.run_batch([{"question": "a"}, {"q": "b"}], backend=LogBackend())
+    with pytest.raises(TypeError, match="'max_new_tokens'"):
+        qa.run_batch([{"question": "a"}], max_tokens=2, backend=LogBackend())
+
+
+def test_dtype_with_regex_warns_and_uses_the_dtype_and_empty_choices_generate():
+    from radixlm.lang.ir import REGEX_INT, Gen
+
+    with pytest.warns(UserWarning, match="Only dtype will be used"):
+        node = sgl.gen("x", dtype=int, regex="[a-z]+")
+    assert node.params.regex is None and node.params.to_native()["regex"] == REGEX_INT
+    assert isinstance(sgl.gen("x", choices=[]), Gen)  # SGLang: `if choices:`
