@@ -140,6 +140,7 @@ class ContainerMixin(ExtrasMixin):
         implicit = (IMPLICIT if IMPLICIT_EXTRAS else False) if props or pats else True
         addl = s.get("additionalProperties", s.get("unevaluatedProperties", implicit))
         names = s.get("propertyNames")
+        names = None if names is True or names == {} else names  # NOTE: every name allowed
         pat_dfas = {p: content_dfa(p, True) for p in pats}
         for k in required:
             if k not in props:

@@ -3,6 +3,7 @@ literal values (``enum`` / ``const``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,10 @@ from radixlm.grammar.automaton import ByteDFA
 from radixlm.grammar.regex_parser import MAX_CP, normalize
 
 _HEX = "0123456789abcdef"
+# An enum / const object of at most this many keys (and this long as JSON) matches in every key
+# order; a larger one only in the order the schema writes it (a sound restriction).
+LITERAL_ORDERS_MAX, LITERAL_ORDERS_CHARS = 4, 200
+ENUM_ORDERS_CHARS = 2_000  # an enum longer than this (as JSON) keeps its objects' written order
 _SHORT_ESC = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 
 
@@ -304,8 +309,25 @@ def string_literal(text: str) -> Node:
     return cat(*parts)
 
 
-def value_literal(value: Any, comma: Node, colon: Node, open_ws: Node) -> Node:
-    """A JSON value (enum / const member) with the allowed whitespace between tokens."""
+def literal_exact(value: Any) -> bool:
+    """Whether :func:`value_literal` spells every JSON text equal to ``value`` that a schema's
+    automaton may hold (what a ``not`` must subtract): no number inside an array or object (``1``
+    is also ``1.00``, ``1e0``), no object too large for every key order."""
+    if isinstance(value, list):
+        return all(not _is_num(v) and literal_exact(v) for v in value)
+    if isinstance(value, dict):
+        small = len(value) <= LITERAL_ORDERS_MAX and len(json.dumps(value)) <= LITERAL_ORDERS_CHARS
+        return small and all(not _is_num(v) and literal_exact(v) for v in value.values())
+    return True
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def value_literal(value: Any, comma: Node, colon: Node, open_ws: Node, orders: bool = True) -> Node:
+    """A JSON value (enum / const member) with the allowed whitespace between tokens; ``orders``:
+    a small object in every key order (else in the order written, a sound restriction)."""
     if isinstance(value, str):
         return string_literal(value)
     if value is None or isinstance(value, bool):
@@ -324,15 +346,20 @@ def value_literal(value: Any, comma: Node, colon: Node, open_ws: Node) -> Node:
         for i, v in enumerate(value):
             if i:
                 items.append(comma)
-            items.append(value_literal(v, comma, colon, open_ws))
+            items.append(value_literal(v, comma, colon, open_ws, orders))
         return cat(char("["), open_ws, *items, open_ws, char("]"))
     if isinstance(value, dict):
         if not value:
             return cat(char("{"), open_ws, char("}"))
-        items = []
-        for i, (k, v) in enumerate(value.items()):
-            if i:
-                items.append(comma)
-            items += [string_literal(k), colon, value_literal(v, comma, colon, open_ws)]
-        return cat(char("{"), open_ws, *items, open_ws, char("}"))
+        pairs = [cat(string_literal(k), colon, value_literal(v, comma, colon, open_ws, orders)) for k, v in value.items()]
+        # NOTE: key order does not matter to JSON equality: every order of a small object
+        small = orders and len(pairs) <= LITERAL_ORDERS_MAX and len(json.dumps(value)) <= LITERAL_ORDERS_CHARS
+        orders = itertools.permutations(pairs) if small else [pairs]
+        forms = []
+        for order in orders:
+            items = [order[0]]
+            for p in order[1:]:
+                items += [comma, p]
+            forms.append(cat(*items))
+        return cat(char("{"), open_ws, alt(*forms), open_ws, char("}"))
     raise TypeError(type(value))

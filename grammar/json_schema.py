@@ -63,7 +63,7 @@ from radixlm.grammar.budget import check_budget, compile_budget
 from radixlm.grammar.dfa_ops import exactly_one
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE, ContainerMixin
-from radixlm.grammar.json_lexical import NUMBER, string, value_literal
+from radixlm.grammar.json_lexical import ENUM_ORDERS_CHARS, NUMBER, string, value_literal
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
@@ -142,7 +142,8 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
             # NOTE: the values are filtered by the nots too (exact, also for numbers: 2 == 2.0)
             values = valid_values(schema, self.root)
             nots = []
-            out = alt(*(self.literal(v) for v in values))
+            orders = len(json.dumps(values)) <= ENUM_ORDERS_CHARS  # NOTE: every key order of small objects
+            out = alt(*(self.literal(v, orders) for v in values))
         elif types is None:
             out = self.any_value()
         else:
@@ -240,8 +241,8 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
             if not isinstance(schema, dict):
                 return schema
 
-    def literal(self, value: Any) -> Node:
-        return value_literal(value, self.comma, self.colon, self.inner)
+    def literal(self, value: Any, orders: bool = True) -> Node:
+        return value_literal(value, self.comma, self.colon, self.inner, orders)
 
     def any_value(self) -> Node:
         """Any JSON value: a recursive rule, so only in grammar mode."""

@@ -10,6 +10,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE
+from radixlm.grammar.json_lexical import literal_exact
 from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, guard, merge, resolve_pointer
 
@@ -173,6 +174,9 @@ class NotMixin:
                 if any(isinstance(v, float) or (isinstance(v, (int, float)) and not isinstance(v, bool)
                        and "number" in (implied_types(schema) or {"number"})) for v in vals):
                     raise GrammarError("unsupported JSON Schema keyword: 'not' (numbers)")
+                if not all(literal_exact(v) for v in vals):
+                    raise GrammarError("unsupported JSON Schema keyword: 'not' (an enum / const array or object "
+                                       "holding numbers or many keys)")
                 banned = alt(*(self.literal(v) for v in vals))
             if banned == NOTHING:
                 return out

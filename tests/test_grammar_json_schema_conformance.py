@@ -76,6 +76,18 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("minContains with prefixItems", {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "integer"},
                                        "contains": {"type": "integer", "minimum": 5}, "minContains": 2},
      [["a", 5, 6], ["b", 9, 1, 7]], [["a", 5], ["a", 1, 6], [5, 6, 7]]),
+    # objects: an enum / const object in any key order; propertyNames true allows every name
+    ("const object in any key order", {"const": {"a": 1, "b": [True, {"c": None, "d": "x"}]}},
+     [{"a": 1, "b": [True, {"c": None, "d": "x"}]}, {"b": [True, {"d": "x", "c": None}], "a": 1}],
+     [{"a": 1}, {"a": 1, "b": [{"c": None, "d": "x"}, True]}]),
+    ("enum of objects in any key order", {"enum": [{"x": 1, "y": 2}, {"z": 3}]},
+     [{"y": 2, "x": 1}, {"x": 1, "y": 2}, {"z": 3}], [{"x": 1}, {"y": 2, "x": 2}]),
+    ("propertyNames true", {"type": "object", "properties": {"a": {"type": "integer"}}, "propertyNames": True},
+     [{"a": 1}, {}], [{"a": "x"}]),
+    ("not const object: every key order is the value", {
+        "type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "string"}},
+        "additionalProperties": False, "not": {"const": {"a": True, "b": "x"}}},
+     [{"a": True}, {"a": False, "b": "x"}, {"b": "y", "a": True}], [{"a": True, "b": "x"}, {"b": "x", "a": True}]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
@@ -92,6 +104,8 @@ ERRORS: list[tuple[str, Any, str]] = [
     ("overlapping oneOf beside unevaluatedProperties", {
         "type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}], "unevaluatedProperties": False},
      "oneOf"),
+    ("not const array holding a number (1 is also 1.00)", {"type": "array", "items": {"type": "number"},
+                                                           "not": {"const": [1]}}, "not"),
 ]
 
 
