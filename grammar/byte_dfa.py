@@ -27,7 +27,7 @@ class ByteDFA:
     accept: np.ndarray
     start: int
     _rows: list[list[int]] | None = field(default=None, repr=False)
-    _runs: list[list[tuple[int, int, int]]] | None = field(default=None, repr=False)
+    _runs: list[tuple[tuple[int, int, int], ...]] | None = field(default=None, repr=False)
     _flat: memoryview | None = field(default=None, repr=False)
     hot: np.ndarray | None = None  # bool [n_states]: reachable without a cold branch (None: all)
 
@@ -59,7 +59,7 @@ class ByteDFA:
             self._rows = self.trans.tolist()
         return self._rows
 
-    def runs(self) -> list[list[tuple[int, int, int]]]:
+    def runs(self) -> list[tuple[tuple[int, int, int], ...]]:
         """Per state, its transitions as byte runs ``(lo, hi, target)`` with one live target each
         (state 0 and dead runs left out); computed once per DFA."""
         got = self._runs
@@ -78,7 +78,9 @@ class ByteDFA:
             # NOTE: the tuples are made by zip and cut per state by slices (C loops, not Python)
             flat = list(zip(lo.tolist(), hi.tolist(), tgt.tolist()))
             ptr = np.searchsorted(src, np.arange(self.n_states + 1)).tolist()
-            got = [flat[a:b] for a, b in zip(ptr, ptr[1:])]
+            # NOTE: tuples, not lists: the first collection after a compile untracks tuples of
+            # ints, so the runs of long-lived (memoized) automata are never traversed again
+            got = [tuple(flat[a:b]) for a, b in zip(ptr, ptr[1:])]
             self._runs = got
         return got
 

@@ -71,7 +71,7 @@ class DfaEngine:
         return bool(self.dfa.accept[state])
 
     def can_continue(self, state: int) -> bool:
-        return bool(self.index.n_live[state])
+        return bool(self.index.costs.live_of(state))
 
     def mask(self, state: int) -> np.ndarray:
         return self.index.mask(state)

@@ -73,7 +73,7 @@ def difference_finite(a: ByteDFA, b: ByteDFA) -> ByteDFA:
         return a
     if _has_cycle(b):
         raise ValueError("not a finite language")
-    a_rows, b_runs = a.rows, b.runs()
+    a_flat, b_runs = a.flat, b.runs()  # NOTE: not a.rows: n_states lists kept for every GC pass
     order = [(a.start, b.start)]
     ids = {order[0]: 1}
     cols: list[int] = []  # (pair id, byte, target pair) of every byte b continues with
@@ -81,10 +81,10 @@ def difference_finite(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     while k < len(order):
         sa, sb = order[k]
         k += 1
-        row = a_rows[sa]
+        row = sa << 8
         for lo, hi, tb in b_runs[sb]:
             for c in range(lo, hi + 1):
-                ta = row[c]
+                ta = a_flat[row | c]
                 if ta:
                     pair = (ta, tb)
                     d = ids.get(pair)

@@ -52,12 +52,20 @@ class MaskTable:
         self._missing = 0  # DFA states whose row is computed on first visit
         self._reset_storage(np.asarray(stop_row, dtype=np.int32).reshape(1, words))
 
-    def _reset_storage(self, rows: np.ndarray) -> None:
-        cap = max(16, 1 << int(np.ceil(np.log2(max(rows.shape[0], 1) + 1))))
+    def _reset_storage(self, rows: np.ndarray | Sequence[np.ndarray]) -> None:
+        """Start the table over with ``rows`` (int32 ``[n, words]``, or a list of ``[words]`` rows
+        written straight into the table: no stacked copy)."""
+        n = len(rows)
+        cap = max(16, 1 << int(np.ceil(np.log2(max(n, 1) + 1))))
+        # NOTE: zeros, not empty: the pages past the rows are never touched until rows are added
         self._np = np.zeros((cap, self.words), dtype=np.int32)
-        self._np[: rows.shape[0]] = rows
-        self.n_rows = rows.shape[0]
-        self._fixed = rows.shape[0]  # rows that are never cleared
+        if isinstance(rows, np.ndarray):
+            self._np[:n] = rows
+        else:
+            for i, r in enumerate(rows):
+                self._np[i] = r
+        self.n_rows = n
+        self._fixed = n  # rows that are never cleared
         self._by_bytes: dict[bytes, int] | None = None  # row bytes -> id, built on the first _add
         self._row_of: dict[Hashable, int] = {}
         self._device: dict[torch.device, tuple[torch.Tensor, int]] = {}
@@ -102,7 +110,8 @@ class MaskTable:
         (the token index hands out one array per distinct narrow mask)."""
         stop = np.asarray(stop_row, dtype=np.int32).reshape(-1)
         table = cls(stop.size, stop, compute)
-        rows = [stop, np.zeros_like(stop)]
+        rows = [stop, 0]  # NOTE: written into the table one by one (0: an all-zero row)
+        acc_rows: list[int] = []
         dense = np.full(n_states, -1, dtype=np.int64)
         dense[0] = 1  # the dead state: nothing allowed
         by_id: dict[tuple[int, bool], int] = {}
@@ -113,11 +122,15 @@ class MaskTable:
             r = by_id.get(key)
             if r is None:
                 r = by_id[key] = len(rows)
-                rows.append(m | stop if acc else m)
-                if not acc:
+                rows.append(m)  # NOTE: stop tokens added in the table (see below), no temporary
+                if acc:
+                    acc_rows.append(r)
+                else:
                     plain[id(m)] = (m, r)  # NOTE: holds m, so its id is never reused
             dense[s] = r
-        table._reset_storage(np.stack(rows))
+        table._reset_storage(rows)
+        if acc_rows:
+            table._np[acc_rows] |= stop
         table._dense = dense
         table._missing = int((dense < 0).sum())
         # NOTE: a cold state's row is matched against the precomputed ones by identity only (the

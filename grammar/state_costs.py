@@ -57,3 +57,50 @@ def pair_cost(trans: np.ndarray, trie: TokenTrie, s: int) -> int:
     cum = trie.pair_prefix()
     live2 = trans[row[starts]] != 0
     return int(((cum[ends] - cum[starts]) * live2).sum()) + int((ends - starts).sum())
+
+
+class StateCosts:
+    """Live bytes and one-byte walk costs of DFA states, computed for the states asked about (a
+    compile asks about the hot states only, often a small part of a large DFA) and kept.
+
+    Args:
+        trans: int ``[n_states, 256]`` DFA transitions (0 dead).
+        byte_weight: ``[256]`` trie nodes below each first byte.
+    """
+
+    def __init__(self, trans: np.ndarray, byte_weight: np.ndarray) -> None:
+        self.trans = trans
+        self.weight = byte_weight.astype(np.float64)
+        self._n_live = np.full(trans.shape[0], -1, dtype=np.int64)  # -1: not computed yet
+        self._cost = np.full(trans.shape[0], -1, dtype=np.int64)
+        self._all = False
+
+    def fill(self, states: np.ndarray) -> np.ndarray:
+        """Compute the entries of int64 ``states`` (duplicates allowed) not known yet; returns
+        the int64 cost array (``[n_states]``; entries of states never asked about are -1)."""
+        todo = states[self._cost[states] < 0]
+        if todo.size:
+            live = self.trans[todo] != 0
+            self._n_live[todo] = live.sum(axis=1)
+            # NOTE: einsum, not a matmul: BLAS would spread this over its worker threads (exact:
+            # integer-valued sums, the same in any batch)
+            self._cost[todo] = np.einsum("ij,j->i", live, self.weight).astype(np.int64)
+        return self._cost
+
+    def cost_of(self, s: int) -> int:
+        """Trie nodes below the live first bytes of state ``s``."""
+        got = int(self._cost[s])
+        return got if got >= 0 else int(self.fill(np.asarray([s], dtype=np.int64))[s])
+
+    def live_of(self, s: int) -> int:
+        """Live bytes of state ``s``."""
+        if self._cost[s] < 0:
+            self.fill(np.asarray([s], dtype=np.int64))
+        return int(self._n_live[s])
+
+    def all(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(n_live, cost)``, int64 ``[n_states]`` each, complete."""
+        if not self._all:
+            self.fill(np.arange(self.trans.shape[0], dtype=np.int64))
+            self._all = True
+        return self._n_live, self._cost

@@ -28,7 +28,7 @@ from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tok
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.shift_classes import ShiftClasses
-from radixlm.grammar.state_costs import pair_cost, pair_costs
+from radixlm.grammar.state_costs import StateCosts, pair_cost, pair_costs
 from radixlm.grammar.token_delta import delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-exported)
@@ -58,16 +58,14 @@ class DfaIndex:
         self.masks: dict[int, np.ndarray] = {}
         self._narrow: dict[bytes, np.ndarray] = {}  # sorted token ids -> packed mask
         self._busy: set[int] = set()  # states whose mask is being derived from a reference
-        live = trans != 0
-        self.n_live = live.sum(axis=1)
-        # NOTE: einsum, not a matmul: BLAS would spread this over its worker threads (exact either way)
-        self.cost = np.einsum("ij,j->i", live, trie.byte_weight.astype(np.float64)).astype(np.int64)
+        self.costs = StateCosts(trans, trie.byte_weight)  # NOTE: per state, for the states asked about
         self._cost2: dict[int, int] = {}
         self._graph: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._runs: tuple[np.ndarray, ...] = ()  # (ptr, dst, first byte) of each row's byte runs
         self._shifts: ShiftClasses | None = None  # states sharing masks (see _wide)
         self._walker: NarrowWalker | None = None  # Python walks of single narrow states
-        self._adj: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # see _bfs
+        self._lut: np.ndarray | None = None  # see _wide
+        self._adj: tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]] = ({}, {})  # see _bfs
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -94,10 +92,21 @@ class DfaIndex:
             self._graph = (succ_ptr, pairs % n, pred_ptr, rev // n)
         return self._graph
 
+    @property
+    def cost(self) -> np.ndarray:
+        """int64 ``[n_states]``: trie nodes below each state's live first bytes (all computed)."""
+        return self.costs.all()[1]
+
+    @property
+    def n_live(self) -> np.ndarray:
+        """int64 ``[n_states]``: live bytes of each state (all computed)."""
+        return self.costs.all()[0]
+
     def cost2(self, s: int) -> int:
         """Trie nodes below the live two-byte prefixes from ``s`` (an upper bound of a walk)."""
-        if self.cost[s] < WIDE_NODES:
-            return int(self.cost[s])
+        c = self.costs.cost_of(s)
+        if c < WIDE_NODES:
+            return c
         got = self._cost2.get(s)
         if got is None:
             got = self._cost2[s] = pair_cost(self.trans, self.trie, s)
@@ -122,9 +131,12 @@ class DfaIndex:
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
-        cheap = (self.cost[np.asarray(todo, dtype=np.int64)] < WIDE_NODES).tolist() if todo else []
+        cheap = []
+        if todo:
+            arr = np.asarray(todo, dtype=np.int64)
+            cheap = (self.costs.fill(arr)[arr] < WIDE_NODES).tolist()
         if todo and len(todo) <= FEW_NARROW and self.accept is None:  # NOTE: see FEW_LIVE
-            few = [s for s, c in zip(todo, cheap) if not c and self.n_live[s] <= FEW_LIVE]
+            few = [s for s, c in zip(todo, cheap) if not c and self.costs.live_of(s) <= FEW_LIVE]
             if few and len(self._few(few)) < len(few):
                 todo, cheap = [s for s in todo if s not in self.masks], [c for s, c in zip(todo, cheap) if s not in self.masks]
         new = [s for s, c in zip(todo, cheap) if not c and s not in self._cost2]
@@ -272,7 +284,7 @@ class DfaIndex:
         return [s] + sorted((fwd & back) - {s})
 
     @staticmethod
-    def _bfs(s: int, ptr: np.ndarray, nbrs: np.ndarray, adj: dict[int, list[int]]) -> set[int]:
+    def _bfs(s: int, ptr: np.ndarray, nbrs: np.ndarray, adj: dict[int, tuple[int, ...]]) -> set[int]:
         """States within REGION_CYCLE moves of ``s`` along ``ptr``/``nbrs`` (CSR); ``adj``
         caches each state's list (NOTE: regions of neighbouring states overlap)."""
         seen = {s}
@@ -282,7 +294,7 @@ class DfaIndex:
             for q in frontier:
                 out = adj.get(q)
                 if out is None:
-                    out = adj[q] = nbrs[ptr[q] : ptr[q + 1]].tolist()
+                    out = adj[q] = tuple(nbrs[ptr[q] : ptr[q + 1]].tolist())  # NOTE: untracked by GC
                 for r in out:
                     if r not in seen:
                         seen.add(r)
@@ -294,7 +306,7 @@ class DfaIndex:
         """Mask of a wide state, or None when it was appended to ``pending`` (see
         :meth:`_finish_exits`)."""
         if self.accept is None and s not in self._busy:
-            g = reference_state(self.trans, self.cost, self.trie.byte_weight, s)
+            g = reference_state(self.trans, self.costs.fill(np.asarray([s])), self.trie.byte_weight, s)
             if g and g not in self._busy:
                 self._busy.add(s)
                 try:
@@ -324,11 +336,13 @@ class DfaIndex:
                     canon[t] = len(order)
                     order.append(t)
         table = self.trans[np.asarray(order, dtype=np.int64)].astype(np.int64)
-        lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
-        lut[0] = -2
-        for q, c in canon.items():
-            lut[q] = c
+        lut = self._lut  # NOTE: one array per index, the region's entries set and reset here
+        if lut is None:
+            lut = self._lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
+            lut[0] = -2
+        lut[order] = np.arange(len(order))  # NOTE: canon[q] is q's index in order
         codes = lut[table].astype(np.int16)
+        lut[order] = -1
         states = np.asarray(order, dtype=np.int64)
         acc_bits = self.accept[states] if self.accept is not None else None
         h = hashlib.blake2b(codes.tobytes(), digest_size=16)
