@@ -238,6 +238,10 @@ def _multiple_dfa(c: int, p: int) -> ByteDFA:
     return _trim(trans, accept)
 
 
+MULT_DECIMALS = 6  # fraction digits of a number's multipleOf (the automaton tracks them)
+MULT_INT_DECIMALS = 40  # of an integer's (reduced to an integer modulus: 1e-8 divides every integer)
+
+
 def number_node(schema: dict, extra: dict, integer: bool) -> Node:
     """``type: integer`` / ``number`` with bounds and multipleOf."""
     lo, lo_x, hi, hi_x = bounds(schema)
@@ -259,7 +263,7 @@ def number_node(schema: dict, extra: dict, integer: bool) -> Node:
         while q.denominator != 1:
             q *= 10
             p += 1
-            if p > 6:
+            if p > (MULT_INT_DECIMALS if integer else MULT_DECIMALS):
                 raise GrammarError(f"multipleOf {m} (too many decimals)")
         c = int(q)
         if integer:  # v * 10**p divisible by c  <=>  v divisible by c / gcd(c, 10**p)

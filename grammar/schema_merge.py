@@ -93,6 +93,8 @@ def merge(a: Schema, b: Schema) -> Schema:
     if isinstance(a.get("$ref"), str) and isinstance(b.get("$ref"), str) and a["$ref"] != b["$ref"]:
         b = dict(b)
         b["allOf"] = list(b.get("allOf", [])) + [{"$ref": b.pop("$ref")}]
+    if isinstance(a.get("items"), list) or isinstance(b.get("items"), list):
+        a, b = _as_prefix(a), _as_prefix(b)
     if "prefixItems" in a or "prefixItems" in b:
         a, b = _tuple_items(a, b)
     out = dict(a)
@@ -186,6 +188,19 @@ def _tuple_items(a: dict, b: dict) -> tuple[dict, dict]:
             s["prefixItems"] = pre + [s.get("items", True)] * (n - len(pre))
         out.append(s)
     return out[0], out[1]
+
+
+def _as_prefix(s: dict) -> dict:
+    """A draft 4-7 tuple (``items`` a list, ``additionalItems``) as ``prefixItems`` / ``items``
+    (the same language; an ``additionalItems`` beside no tuple has no effect)."""
+    if "additionalItems" not in s and not isinstance(s.get("items"), list):
+        return s
+    out = dict(s)
+    more = out.pop("additionalItems", True)
+    if isinstance(out.get("items"), list):
+        out["prefixItems"] = out.pop("items")
+        out["items"] = more
+    return out
 
 
 def seal(s: Schema) -> Schema:

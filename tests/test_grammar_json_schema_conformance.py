@@ -65,6 +65,15 @@ CASES: list[tuple[str, Any, list, list]] = [
      [1, 1.25, 2.5, "y", None], [1.5, 2, "x"]),
     ("then false: the condition must fail", {"type": "integer", "if": {"const": 1}, "then": False}, [0, 2, 10], [1]),
     ("if without then or else has no effect", {"type": "integer", "if": {"minimum": 10}}, [1, 20], ["a"]),
+    ("draft-7 tuple items in allOf", {"$schema": D7, "type": "array", "allOf": [{"items": [{"type": "integer"}, {"type": "string"}]}],
+                                      "items": [{"type": "integer"}], "additionalItems": {"type": "boolean"}},
+     [[1], []], [[1, "a"], [1, True], ["x"]]),
+    ("draft-7 tuple merged with a plain items", {"$schema": D7, "type": "array", "items": [{"type": "string"}],
+                                                 "allOf": [{"items": {"maxLength": 2}}]},
+     [["ab", "c"], ["a"]], [["abc"], [1], ["a", "xyz"]]),
+    # numbers: an integer's multipleOf with many decimals reduces to an integer modulus
+    ("integer multipleOf 1e-9", {"type": "integer", "multipleOf": 1e-9}, [123456, 0, -5], [1.5]),
+    ("integer multipleOf 0.25 (every 1)", {"type": "integer", "multipleOf": 0.25, "minimum": -3}, [-3, 4], [-4, 2.5]),
     # contains with minContains above 1 and maxContains (exact element counts)
     ("minContains 2", {"type": "array", "contains": {"type": "integer", "minimum": 10}, "minContains": 2},
      [[10, 11], [1, 10, 2, 20], [10, 10, 10]], [[10], [1, 2], []]),
