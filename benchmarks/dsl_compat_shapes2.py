@@ -221,3 +221,40 @@ def shape_run_batch_select_args(sgl, be):
             {"question": "The dog", "choices": [" barks.", " sings."]}]
     sts = prog.run_batch(args, temperature=0, num_threads=64, progress_bar=True, backend=be)
     check([a["choices"].index(st["answer"]) >= 0 for a, st in zip(args, sts)] == [True, True], "")
+
+
+@shape
+def shape_run_option_hint(sgl, be):
+    @sgl.function
+    def prog(s, question):
+        s += question + sgl.gen("a", max_tokens=2)
+    try:
+        prog.run(question="x", max_tokens=4, backend=be)
+    except TypeError as exc:
+        check("max_new_tokens" in str(exc) and "prog" in str(exc), f"unclear: {exc}")
+        return
+    raise AssertionError("max_tokens accepted by run()")
+
+
+@shape
+def shape_dtype_with_regex_and_empty_choices(sgl, be):
+    import warnings
+
+    @sgl.function
+    def prog(s):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s += "Year: " + sgl.gen("y", dtype=int, regex="[0-9]{4}", max_tokens=6) + "\n"
+        s += "Note:" + sgl.gen("n", choices=[], max_tokens=4)
+    st = prog.run(backend=be, temperature=0)
+    int(st["y"])
+    check(isinstance(st["n"], str), "empty choices")
+
+
+@shape
+def shape_rejected_request_is_an_error(sgl, be):
+    @sgl.function
+    def prog(s):
+        s += "x" + sgl.gen("a", max_tokens=3, json_schema={"type": "nonsense"})
+    st = prog.run(backend=be)
+    check(st.error() is not None, "a rejected grammar produced text silently")
