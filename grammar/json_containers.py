@@ -13,6 +13,7 @@ from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import string_literal
 from radixlm.grammar.json_orders import ANY_ORDER_HOT, SORTED_ORDERS, _hot_skips, sorted_order, window_order  # noqa: F401
 from radixlm.grammar.json_scalars import content_dfa
+from radixlm.grammar.schema_merge import seal
 from radixlm.grammar.json_unique import finite_items, unique_array
 from radixlm.grammar.json_extras import EXTRA_DEPTH, EXTRA_DEPTH_ROOT, IMPLICIT, ExtrasMixin, _any_key  # noqa: F401
 
@@ -44,6 +45,8 @@ class ContainerMixin(ExtrasMixin):
     grammar_mode: bool
 
     def array(self, s: dict) -> Node:
+        if "unevaluatedItems" in s:  # NOTE: in-place applicators are merged in: the elements
+            s = seal(s)              # that nothing else evaluates
         values = finite_items(self, s)
         if values is not None:  # NOTE: uniqueItems over a finite domain: enforced (json_unique)
             return unique_array(self, s, values)

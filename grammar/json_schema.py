@@ -75,7 +75,7 @@ from radixlm.grammar.schema_memo import ConvertOnce
 from radixlm.grammar.schema_rewrite import fold_discriminated, rewrite_conditionals
 
 MAX_WS = 20
-UNSUPPORTED = ("unevaluatedItems", "$dynamicRef", "$recursiveRef")
+UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
 RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule of its own
 LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)

@@ -13,7 +13,8 @@ from radixlm.grammar.schema_merge import ALL_TYPES, ANNOTATIONS, _json_eq, resol
 
 OBJECT_KWS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
               "propertyNames", "patternProperties", "unevaluatedProperties", "dependencies")
-ARRAY_KWS = ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains")
+ARRAY_KWS = ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains",
+             "unevaluatedItems")
 STRING_KWS = ("minLength", "maxLength", "pattern", "format")
 MAX_DEPTH = 6  # nested $refs / combinators / properties that ``disjoint`` looks through
 NUMBER_KWS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")

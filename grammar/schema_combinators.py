@@ -41,7 +41,7 @@ class CombinatorMixin:
         if kind == "oneOf" and unevaluated(rest):
             # NOTE: which oneOf branches hold is judged without the parent's unevaluatedProperties
             # (a branch that fails only by it still counts): merged after the narrowing
-            late = {"unevaluatedProperties": rest.pop("unevaluatedProperties")}
+            late = {k: rest.pop(k) for k in ("unevaluatedProperties", "unevaluatedItems") if k in rest}
         plain = not any(k in ASSERTIONS for k in rest)  # NOTE: unknown keywords constrain nothing
         merged = []
         keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
@@ -70,7 +70,7 @@ class CombinatorMixin:
             overlap = any(not self._disjoint(resolved[i], resolved[j])
                           for i, j in itertools.combinations(range(len(resolved)), 2))
             if overlap and late is not None:
-                raise GrammarError("unsupported: overlapping oneOf branches beside unevaluatedProperties")
+                raise GrammarError("unsupported: overlapping oneOf branches beside unevaluatedProperties / unevaluatedItems")
             if overlap:
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
                                             self._disjoint, self._negated, self._prepared)

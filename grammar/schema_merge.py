@@ -204,52 +204,69 @@ def _as_prefix(s: dict) -> dict:
 
 
 def seal(s: Schema) -> Schema:
-    """``s`` as a sibling of other schemas: its ``unevaluatedProperties`` sees only what ``s``
-    itself evaluates, so it becomes ``additionalProperties`` (a no-op beside one). Exact for ``s``
-    without in-place applicators; with them (``allOf``, ``anyOf``, ``$ref`` ...) stricter, never
-    looser: the keys those evaluate must then satisfy it too."""
-    if not isinstance(s, dict) or "unevaluatedProperties" not in s:
+    """``s`` as a sibling of other schemas: its ``unevaluatedProperties`` / ``unevaluatedItems``
+    see only what ``s`` itself evaluates, so they become ``additionalProperties`` / ``items`` (no-ops
+    beside those). Exact for ``s`` without in-place applicators; with them (``allOf``, ``anyOf``,
+    ``$ref`` ...) stricter, never looser: what those evaluate must then satisfy them too."""
+    if not isinstance(s, dict) or ("unevaluatedProperties" not in s and "unevaluatedItems" not in s):
         return s
     out = dict(s)
-    u = out.pop("unevaluatedProperties")
-    if "additionalProperties" not in out:
-        out["additionalProperties"] = u
+    if "unevaluatedProperties" in out:
+        u = out.pop("unevaluatedProperties")
+        if "additionalProperties" not in out:
+            out["additionalProperties"] = u
+    if "unevaluatedItems" in out:
+        u = out.pop("unevaluatedItems")
+        if isinstance(out.get("items"), list):
+            out.setdefault("additionalItems", u)
+        else:
+            out.setdefault("items", u)
     return out
 
 
 def unevaluated(schema: Schema) -> bool:
-    """Whether ``schema`` restricts its unevaluated properties."""
-    return isinstance(schema, dict) and schema.get("unevaluatedProperties", True) is not True
+    """Whether ``schema`` restricts its unevaluated properties or items."""
+    return isinstance(schema, dict) and (schema.get("unevaluatedProperties", True) is not True or
+                                         schema.get("unevaluatedItems", True) is not True)
 
 
 _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_ONE = ("if", "then", "else")
 
 
-def guard(s: Schema, u: Schema) -> Schema:
-    """``s`` (merged beside ``unevaluatedProperties: u`` though its annotations do not count: the
-    positive form of a ``not``, a failed ``if``) with ``u`` applied to every key it may evaluate,
-    so that the merge never lets through a key that ``u`` rejects (a sound restriction)."""
-    if u is None or u is True or not isinstance(s, dict):
+def guard(s: Schema, parent: dict) -> Schema:
+    """``s`` (merged into ``parent`` though its annotations do not count: the positive form of a
+    ``not``, a failed ``if``) with ``parent``'s ``unevaluatedProperties`` / ``unevaluatedItems``
+    applied to every key / element it may evaluate, so that the merge never lets through one they
+    reject (a sound restriction)."""
+    u, ui = parent.get("unevaluatedProperties", True), parent.get("unevaluatedItems", True)
+    if (u is True and ui is True) or not isinstance(s, dict):
         return s
     s = seal(s)
     if "$ref" in s:
-        raise GrammarError("unsupported: unevaluatedProperties beside a $ref under 'not' or 'if'")
+        raise GrammarError("unsupported: unevaluatedProperties / unevaluatedItems beside a $ref under 'not' or 'if'")
     out = dict(s)
-    for key in ("properties", "patternProperties"):
-        if isinstance(s.get(key), dict):
-            out[key] = {k: merge(seal(v), u) for k, v in s[key].items()}
-    if "additionalProperties" in s:
-        out["additionalProperties"] = merge(seal(s["additionalProperties"]), u)
+    if u is not True:
+        for key in ("properties", "patternProperties"):
+            if isinstance(s.get(key), dict):
+                out[key] = {k: merge(seal(v), u) for k, v in s[key].items()}
+        if "additionalProperties" in s:
+            out["additionalProperties"] = merge(seal(s["additionalProperties"]), u)
+    if ui is not True:
+        for key in ("prefixItems", "items", "additionalItems", "contains"):
+            if isinstance(s.get(key), list):
+                out[key] = [merge(seal(v), ui) for v in s[key]]
+            elif key in s:
+                out[key] = merge(seal(s[key]), ui)
     for key in _IN_PLACE_LISTS:
         if isinstance(s.get(key), list):
-            out[key] = [guard(b, u) for b in s[key]]
+            out[key] = [guard(b, parent) for b in s[key]]
     for key in _IN_PLACE_ONE:
         if key in s:
-            out[key] = guard(s[key], u)
+            out[key] = guard(s[key], parent)
     for key in ("dependentSchemas", "dependencies"):
         if isinstance(s.get(key), dict):
-            out[key] = {k: v if isinstance(v, list) else guard(v, u) for k, v in s[key].items()}
+            out[key] = {k: v if isinstance(v, list) else guard(v, parent) for k, v in s[key].items()}
     if "x-any" in s:
-        out["x-any"] = [(k, [guard(b, u) for b in bs]) for k, bs in s["x-any"]]
+        out["x-any"] = [(k, [guard(b, parent) for b in bs]) for k, bs in s["x-any"]]
     return out

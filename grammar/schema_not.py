@@ -80,7 +80,7 @@ class NotMixin:
                 if others:
                     keep.append({"enum": others})
                 pos = _not_numbers(_numbers(neg))
-                schema = merge(schema, guard(pos, schema.get("unevaluatedProperties")))
+                schema = merge(schema, guard(pos, schema))
                 if not isinstance(schema, dict):
                     return schema
                 continue
@@ -96,7 +96,7 @@ class NotMixin:
                 checks.append({"not": neg})
                 continue
             # NOTE: a not's annotations never count: guarded against unevaluatedProperties
-            schema = merge(schema, guard(pos, schema.get("unevaluatedProperties")))
+            schema = merge(schema, guard(pos, schema))
             if not isinstance(schema, dict):
                 return schema
         if keep:

@@ -56,12 +56,14 @@ def rewrite_conditionals(schema: dict, negatable: Callable[[Any], bool]) -> dict
         out.pop("if")  # NOTE: no effect (its annotations matter only to unevaluatedProperties)
     if "if" in out:
         cond, then, other = out.pop("if"), out.pop("then", True), out.pop("else", True)
-        u = out.get("unevaluatedProperties")  # NOTE: a failed if's (and its then's) annotations do not count
+        u = out  # NOTE: a failed if's (and its then's) annotations do not count
         branches = [{"allOf": [cond, then]}]
         if negatable(cond):
             branches.append({"allOf": [guard({"not": cond}, u), other]})
         elif other is True or other == {}:
-            branches = [guard(then, u)]  # NOTE: then alone holds with the condition or without it
+            # NOTE: then alone holds with the condition or without it (beside unevaluated*, the
+            # condition's annotations count in the first branch only)
+            branches = branches + [guard(then, u)] if unevaluated(out) else [then]
         else:
             branches.append({"allOf": [guard(then, u), guard(other, u)]})  # NOTE: both: valid whatever the condition
         pending.append(("anyOf", branches))

@@ -59,6 +59,19 @@ CASES: list[tuple[str, Any, list, list]] = [
             {"properties": {"t": {"const": 2}, "s": {"type": "string"}}, "required": ["t"]}],
         "unevaluatedProperties": False},
      [{"t": 1, "n": 3}, {"t": 2, "s": "x"}, {"t": 1}], [{"t": 1, "s": "x"}, {"t": 3}, {"t": 2, "n": 1}]),
+    ("unevaluatedProperties sees a passing if without then or else", {
+        "type": "object", "if": {"properties": {"a": {"const": 1}}, "required": ["a"]}, "unevaluatedProperties": False},
+     [{"a": 1}, {}], [{"a": 2}, {"b": 1}]),
+    # unevaluatedItems: the elements nothing else evaluates (in-place applicators merged in)
+    ("unevaluatedItems after prefixItems", {"type": "array", "prefixItems": [{"type": "string"}], "unevaluatedItems": False},
+     [["a"], []], [["a", 1], ["a", "b"]]),
+    ("unevaluatedItems sees prefixItems in allOf", {"type": "array", "allOf": [{"prefixItems": [{"type": "integer"}]}],
+                                                    "unevaluatedItems": {"type": "string"}},
+     [[1, "a", "b"], [1], []], [[1, 2], ["x"]]),
+    ("unevaluatedItems in one allOf branch", {"type": "array", "allOf": [{"prefixItems": [True]}, {"unevaluatedItems": False}]},
+     [[]], [[1], [1, 2]]),
+    ("unevaluatedItems beside items: no effect", {"type": "array", "items": {"type": "integer"}, "unevaluatedItems": False},
+     [[1, 2], []], [["a"]]),
     # not: numbers other than the enum / const values are open intervals between them
     ("not const number", {"type": ["integer", "string"], "not": {"const": 3}}, [2, 4, -7, "3"], [3, 3.0]),
     ("not enum with numbers", {"not": {"enum": [1.5, 2, "x"]}, "type": ["number", "string", "null"]},
