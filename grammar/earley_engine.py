@@ -73,7 +73,9 @@ class EarleyEngine(ForcedBytes):
         self.words = info.mask_words
         self.chart = Chart(cfg)
         self.terms = cfg.terminals
-        self.rows = [t.rows for t in self.terms]
+        # NOTE: flat int32 views (state * 256 + byte), not ``trans.tolist()``: those lists cost
+        # ~1 ms of compile per thousand terminal states and stayed for every GC pass to traverse
+        self.flats = [t.flat for t in self.terms]
         self.accept = [t.accept for t in self.terms]
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
@@ -168,13 +170,13 @@ class EarleyEngine(ForcedBytes):
             return got
         threads = state.threads
         accepting = state.accepting
-        rows, accept = self.rows, self.accept
+        flats, accept = self.flats, self.accept
         out: EarleyState | None = state
         for b in data:
             nxt: set[Thread] = set()
             accepting = False
             for col, t, q in threads:
-                q2 = rows[t][q][b]
+                q2 = flats[t][(q << 8) | b]
                 if q2:
                     nxt.add((col, t, q2))
                     if accept[t][q2]:
