@@ -258,3 +258,22 @@ def shape_rejected_request_is_an_error(sgl, be):
         s += "x" + sgl.gen("a", max_tokens=3, json_schema={"type": "nonsense"})
     st = prog.run(backend=be)
     check(st.error() is not None, "a rejected grammar produced text silently")
+
+
+@shape
+def shape_fork_concat_inside_open_role(sgl, be):
+    docs = ["Doc A: the sky is blue.\n", "Doc B: grass is green.\n"]
+
+    @sgl.function
+    def prog(s, docs, question):
+        s += sgl.user_begin()
+        s += "Question:" + question + " Documents begin.\n"
+        forks = s.fork(len(docs))
+        forks += lambda i: docs[i]
+        forks.join("concate_and_append")
+        s += "\nDocuments end."
+        s += sgl.user_end()
+        s += sgl.assistant(sgl.gen("answer", max_tokens=6))
+    st = prog.run(docs=docs, question="Sky colour?", temperature=0, backend=be)
+    user = st.messages()[0]["content"]
+    check(st.error() is None and user.index("Doc A") < user.index("Doc B"), "docs in user msg")
