@@ -99,6 +99,8 @@ def _child(model: str, bs: int, steps: int, overlap: bool) -> dict:
     server = SchedulerServer.__new__(SchedulerServer)
     server.args, server.rank, server.scheduler, server.runner = sched.args, 0, sched, sched.runner
     server.pending, server.gate = [], None
+    server._trace = None  # attributes __init__ sets that _send reads (set for trees that have them)
+    server._last_prefills = server._last_prompt = server._last_cached = 0
     sent = []
     server.detok_sock = type("Sink", (), {"send": lambda self, data: sent.append(len(data))})()
     vocab = sched.runner.cfg.vocab_size

@@ -9,7 +9,8 @@ step time (each decode row of a step waits the whole step: its p50 / p99 approxi
 Loads: ``gsp`` (8 groups x 64 prompts, 2,048-token shared prefix + 128 own, 256 out),
 ``random`` (512 x 1024 / 256) and ``burst`` (128 x 27 / 256: bench_constrained's shape), all
 requests at once or ``--arrivals-per-step K`` before each step, dummy weights, greedy,
-``ignore_eos``; ``offline`` (512 x 1024 / 512: bench_offline's issue-16 row). ``--show N`` prints the
+``ignore_eos``; ``offline`` (512 x 1024 / 512: bench_offline's issue-16 row); ``small`` (2,048 x
+256 / 256: the SmolLM2-dims serving row). ``--show N`` prints the
 first N steps.
 """
 
@@ -39,6 +40,8 @@ def loads(name: str, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
         return [(ids(27), 256) for _ in range(128)]
     if name == "offline":
         return [(ids(1024), 512) for _ in range(512)]
+    if name == "small":
+        return [(ids(256), 256) for _ in range(2048)]
     return [(ids(1024), 256) for _ in range(512)]
 
 
@@ -57,7 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--tokenizer-path", required=True)
-    ap.add_argument("--load", choices=["gsp", "random", "burst", "offline"], default="gsp")
+    ap.add_argument("--load", choices=["gsp", "random", "burst", "offline", "small"], default="gsp")
     ap.add_argument("--arrivals-per-step", type=int, default=0, help="0: every request before the first step")
     ap.add_argument("--show", type=int, default=0, help="print the first N steps")
     ap.add_argument("--vocab", type=int, default=100000)
@@ -138,6 +141,7 @@ def main() -> None:
         if prof is not None and steps:
             print(f"profiled step {len(steps) - 1} {steps[-1]}")
             kernel_table(prof, 1, steps[-1][3] * 1e3, sched.runner.cfg.num_hidden_layers, 14)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
         if cache:  # NOTE: Triton kernels compiled during this step (new cache entries)
             new = set(glob.glob(f"{cache}/*/*.json")) - seen
             seen |= new

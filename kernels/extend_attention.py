@@ -103,7 +103,11 @@ def _attend_tile(
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
 
-@triton.jit(do_not_specialize=["window"])
+# NOTE: the per-row index arrays are often row views of one [k, rows] host-built tensor: their
+# 16-byte alignment follows the batch size, and specializing on it compiled a new variant in the
+# middle of serving (~1 s stalls, benchmarks/results/serving_h200.md, session 11)
+@triton.jit(do_not_specialize=["window"],
+            do_not_specialize_on_alignment=["req_idx_ptr", "prefix_lens_ptr", "extend_lens_ptr", "extend_start_ptr"])
 def _extend_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, req_to_token_ptr,
     req_idx_ptr, prefix_lens_ptr, extend_lens_ptr, extend_start_ptr,

@@ -113,7 +113,7 @@ def _cos_sin(cache_ptr, pos, stride_c, HALF: tl.constexpr, BLOCK_HALF: tl.conste
     return cos, sin
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["pos_ptr"])  # NOTE: row views, see extend_attention.py
 def _rotary_kernel(
     q_ptr, k_ptr, pos_ptr, cache_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_c,

@@ -39,7 +39,7 @@ def rotary_store_kv_ref(
     return q, k
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["pos_ptr", "loc_ptr"])  # NOTE: row views, see extend_attention.py
 def _rotary_store_kv_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, cache_ptr, loc_ptr, k_buf_ptr, v_buf_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_c,

@@ -19,7 +19,7 @@ def store_kv_ref(
     v_buffer[loc] = v.to(v_buffer.dtype)
 
 
-@triton.jit
+@triton.jit(do_not_specialize_on_alignment=["loc_ptr"])  # NOTE: row views, see extend_attention.py
 def _store_kv_kernel(
     k_buf_ptr, v_buf_ptr, loc_ptr, k_ptr, v_ptr,
     stride_kbs, stride_vbs, stride_k, stride_v,
