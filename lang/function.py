@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixlm.lang.ir import SamplingParams
 from radixlm.lang.state import StateBase
-from radixlm.lang.tracer import TracedProgram, trace_program
+from radixlm.lang.tracer import StopTracing, TracedProgram, is_tracing, trace_program
 
 if TYPE_CHECKING:
     from radixlm.interpreter.state import ProgramState
@@ -158,6 +158,8 @@ class Function:
         """
         from radixlm.interpreter.runner import run_program
 
+        if is_tracing():  # NOTE: a traced body (e.g. run_batch's prefix scan) never runs programs
+            raise StopTracing(f"{self.__name__}.run() runs a separate program")
         sampling, program_kwargs = split_run_kwargs(kwargs)
         explicit = self._claim_program_arguments(_explicit(locals()), args, program_kwargs)
         defaults = run_defaults({**explicit, **sampling})
@@ -228,6 +230,8 @@ class Function:
         """
         from radixlm.interpreter.runner import run_program_batch
 
+        if is_tracing():
+            raise StopTracing(f"{self.__name__}.run_batch() runs separate programs")
         unknown = set(sampling) - _SAMPLING_KEYS
         if unknown:
             raise TypeError(f"unknown run_batch options {sorted(unknown)}{option_hint(unknown)}")
@@ -243,6 +247,12 @@ class Function:
         """
         return trace_program(self, kwargs)
 
+    def compile(self, *, backend: Any = None) -> CompiledFunction:
+        """SGLang's ``compile``: a :class:`CompiledFunction` with ``run`` / ``run_batch`` /
+        ``print_graph``. radixlm runs compiled programs with the same interpreter (``run``'s
+        results; the trace is kept for ``print_graph``)."""
+        return CompiledFunction(self, backend)
+
     def cache(self, backend: Any = None) -> str:
         """Send the traced constant prefix to the backend's prefix cache; returns that prefix."""
         from radixlm.interpreter.runner import cache_program
@@ -250,7 +260,8 @@ class Function:
         return cache_program(self, backend)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """``f(s, ...)`` inside a program appends ``f``'s nodes to ``s``; otherwise ``f.run(...)``."""
+        """``f(s, ...)`` inside a program appends ``f``'s nodes to ``s``; otherwise ``f.run(...)``
+        (while a body is being traced, that stops the trace instead)."""
         if args and isinstance(args[0], StateBase):
             merged = {**self.bind_arguments, **kwargs}
             return self.func(args[0], *args[1:], **merged)
@@ -258,6 +269,33 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<radixlm.function {self.__name__}>"
+
+
+class CompiledFunction:
+    """What :meth:`Function.compile` returns (SGLang's ``sglang.lang.compiler.CompiledFunction``).
+
+    Attributes:
+        function: the compiled :class:`Function`; backend: the backend given to ``compile``.
+    """
+
+    def __init__(self, function: Function, backend: Any = None) -> None:
+        self.function = function
+        self.backend = backend
+        self.traced = function.trace(backend=backend)
+
+    def print_graph(self) -> None:
+        """Print the program's IR (its trace with placeholder arguments)."""
+        print(self.traced)
+
+    def run(self, *, backend: Any = None, **kwargs: Any) -> ProgramState:
+        """Run once; keyword arguments only (program arguments and sampling defaults, as
+        :meth:`Function.run`)."""
+        return self.function.run(backend=backend or self.backend, **kwargs)
+
+    def run_batch(self, batch_kwargs: list[dict[str, Any]], *, backend: Any = None,
+                  **kwargs: Any) -> list[ProgramState]:
+        """Run once per dict of ``batch_kwargs`` (options as :meth:`Function.run_batch`)."""
+        return self.function.run_batch(batch_kwargs, backend=backend or self.backend, **kwargs)
 
 
 _RUN_DEFAULTS = {k: p.default for k, p in inspect.signature(Function.run).parameters.items()

@@ -10,6 +10,7 @@ analysis (SGLang's ``extract_prefix_by_tracing``) needs.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
 
 class StopTracing(Exception):
     """Raised inside a traced body where it needs a value only known at run time."""
+
+
+_tracing = threading.local()
+
+
+def is_tracing() -> bool:
+    """Whether this thread is running a program body for :func:`trace_program`."""
+    return getattr(_tracing, "depth", 0) > 0
 
 
 class TracerState(StateBase):
@@ -188,10 +197,13 @@ def trace_program(func: Function, kwargs: dict[str, Any]) -> TracedProgram:
             arguments[p.name] = Argument(p.name)
     state = TracerState()
     program = TracedProgram(func.func.__name__, arguments, state.nodes)
+    _tracing.depth = getattr(_tracing, "depth", 0) + 1
     try:
         func.func(state, **arguments)
     except StopTracing as exc:
         program.stopped = str(exc)
     except Exception as exc:  # noqa: BLE001 - placeholders make arbitrary host code fail
         program.stopped = f"{type(exc).__name__}: {exc}"
+    finally:
+        _tracing.depth -= 1
     return program

@@ -198,3 +198,46 @@ def test_dtype_with_regex_warns_and_uses_the_dtype_and_empty_choices_generate():
         node = sgl.gen("x", dtype=int, regex="[a-z]+")
     assert node.params.regex is None and node.params.to_native()["regex"] == REGEX_INT
     assert isinstance(sgl.gen("x", choices=[]), Gen)  # SGLang: `if choices:`
+
+
+def test_compile_runs_the_program(capsys):
+    # SGLang's test/lang/test_tracing.py: f.compile() then compiled.run / run_batch / print_graph
+    @sgl.function
+    def prog(s, topic):
+        s += "Tips for " + topic + ":" + sgl.gen("t", max_tokens=2)
+
+    be = LogBackend()
+    compiled = prog.compile(backend=be)
+    st = compiled.run(topic="sleep", temperature=0)
+    assert st["t"] == "ok" and st.text() == "Tips for sleep:ok"
+    assert [x.text() for x in compiled.run_batch([{"topic": "a"}, {"topic": "b"}])] == \
+        ["Tips for a:ok", "Tips for b:ok"]
+    compiled.print_graph()
+    assert "Gen('t'" in capsys.readouterr().out
+
+
+def test_tracing_a_body_never_runs_other_programs():
+    @sgl.function
+    def expand(s, tip):
+        s += "Expand: " + tip + sgl.gen("d", max_tokens=2)
+
+    @sgl.function
+    def outer(s, topic):
+        s += "A long constant instruction that is well over sixty-four characters. " + topic
+        branch = expand(tip="fixed")  # SGLang: a separate program on the default backend
+        s += "\n" + branch["d"]
+
+    be = LogBackend()
+    old = sgl.global_config.default_backend
+    sgl.set_default_backend(be)
+    try:
+        traced = outer.trace()
+        assert be.log == [] and "expand" in traced.stopped
+        sts = outer.run_batch([{"topic": "a"}, {"topic": "b"}])
+        assert [st.text() for st in sts] == [
+            "A long constant instruction that is well over sixty-four characters. a\nok",
+            "A long constant instruction that is well over sixty-four characters. b\nok"]
+        expands = [p for p in be.log if p["text"] == "Expand: fixed"]
+        assert len(expands) == 2  # one per program, none from the prefix scan
+    finally:
+        sgl.global_config.default_backend = old
