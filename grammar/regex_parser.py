@@ -32,7 +32,11 @@ Ranges = tuple[tuple[int, int], ...]
 
 DIGIT: Ranges = ((48, 57),)
 WORD: Ranges = ((48, 57), (65, 90), (95, 95), (97, 122))
-SPACE: Ranges = ((9, 13), (32, 32))
+# \s: the whitespace of both ECMA-262 and Python ``re``; \S: no whitespace of either (ECMA adds
+# U+FEFF, Python U+001C..U+001F and U+0085), so that both readings of a pattern agree on a match.
+SPACE: Ranges = ((9, 13), (32, 32), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
+                 (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000))
+SPACE_ANY: Ranges = tuple(sorted(SPACE + ((0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF))))
 _SIMPLE_ESC = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "a": 7, "0": 0}
 
 
@@ -266,6 +270,8 @@ class _Parser:
     def escape(self, in_class: bool) -> Ranges:
         c = self.take()
         if c in "dDwWsS":
+            if c == "S":
+                return negate(normalize(list(SPACE_ANY)))
             base = {"d": DIGIT, "w": WORD, "s": SPACE}[c.lower()]
             return negate(base) if c.isupper() else base
         if c in _SIMPLE_ESC and not (c == "0" and self.peek().isdigit()):
@@ -273,6 +279,9 @@ class _Parser:
             return ((v, v),)
         if c == "b" and in_class:
             return ((8, 8),)
+        if c == "c" and self.peek().isascii() and self.peek().isalpha():  # ECMA-262 control escape
+            v = ord(self.take()) % 32
+            return ((v, v),)
         if c == "x":
             return self._hex(2)
         if c == "u":

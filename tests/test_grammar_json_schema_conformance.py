@@ -110,6 +110,11 @@ CASES: list[tuple[str, Any, list, list]] = [
         "type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "string"}},
         "additionalProperties": False, "not": {"const": {"a": True, "b": "x"}}},
      [{"a": True}, {"a": False, "b": "x"}, {"b": "y", "a": True}], [{"a": True, "b": "x"}, {"b": "x", "a": True}]),
+    # patterns: \S excludes the whitespace of ECMA-262 and of Python alike
+    ("pattern \\S excludes Unicode spaces", {"type": "string", "pattern": "^\\S+$"},
+     ["abc", "\u00e9t\u00e9"], ["a\u00a0b", "a b", "\u2003", "x\u2029"]),
+    ("pattern \\s matches Unicode spaces", {"type": "string", "pattern": "^a\\sb$"},
+     ["a b", "a\u00a0b", "a\u3000b"], ["ab", "a_b"]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
@@ -135,3 +140,17 @@ ERRORS: list[tuple[str, Any, str]] = [
 def test_clean_errors(name: str, schema: Any, needle: str) -> None:
     with pytest.raises(GrammarError, match=needle):
         json_schema_to_ast(schema)
+
+
+def test_ecma_control_escape() -> None:
+    """``\\cX`` (ECMA-262; Python's ``re`` has no such escape, so it is not in the table)."""
+    import json
+
+    from radixlm.grammar.bitmask import allocate_token_bitmask
+    from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, load_tokenizer, run_instance
+
+    comp, tok = load_compiler(DEFAULT_TOKENIZER), load_tokenizer(DEFAULT_TOKENIZER)
+    compiled = comp.compile_json_schema({"type": "string", "pattern": "^a\\cJ\\cc$"})
+    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
+    assert run_instance(compiled, tok, json.dumps("a\n\x03"), True, bitmask).accepted
+    assert not run_instance(compiled, tok, json.dumps("acJcc"), False, bitmask).accepted
