@@ -277,3 +277,25 @@ def shape_fork_concat_inside_open_role(sgl, be):
     st = prog.run(docs=docs, question="Sky colour?", temperature=0, backend=be)
     user = st.messages()[0]["content"]
     check(st.error() is None and user.index("Doc A") < user.index("Doc B"), "docs in user msg")
+
+
+@shape
+def shape_compile_and_nested_program_call(sgl, be):
+    @sgl.function
+    def expand(s, tip):
+        s += "Expand this tip: " + tip + "\n" + sgl.gen("detailed_tip", max_tokens=6)
+
+    @sgl.function
+    def tips(s, topic):
+        s += "Here are 2 tips for " + topic + ".\n"
+        s += "1." + sgl.gen("tip_1", stop=["\n", ":", "."], max_tokens=6) + "\n"
+        branch = expand(tip=s["tip_1"])  # a separate program on the default backend
+        s += "Tip 1: " + branch["detailed_tip"] + "\n"
+    sgl.set_default_backend(be)
+    try:
+        compiled = tips.compile()
+        st = compiled.run(topic="sleep", temperature=0)
+        sts = compiled.run_batch([{"topic": "a"}, {"topic": "b"}], temperature=0)
+        check(st.error() is None and all(x.error() is None for x in sts), "compiled run")
+    finally:
+        sgl.global_config.default_backend = None

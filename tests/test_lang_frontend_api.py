@@ -59,6 +59,7 @@ SGLANG_API: dict[str, list] = {
                            ("generator_style", False)],
     "Function.trace": ["*", ("backend", None), "**kwargs"],
     "Function.cache": [("backend", None)],
+    "Function.compile": ["*", ("backend", None)],
     "Function.bind": ["**kwargs"],
     "ProgramState.fork": [("size", 1), ("position_ids_offset", None)],
     "ProgramState.copy": [("position_ids_offset", None)],
