@@ -225,6 +225,11 @@ class StreamExecutor:
             if self.cur_role is not None:  # NOTE: SGLang asserts the same
                 raise ValueError(f"Nested roles are not allowed: {node.role!r} message opened "
                                  f"inside an open {self.cur_role!r} message")
+            system = getattr(self.chat_template, "default_system_prompt", None)
+            if system and not self.messages_ and node.role != "system":
+                # NOTE: SGLang inserts the template's default system message first.
+                for sub in (RoleBegin("system"), Constant(system), RoleEnd("system")):
+                    self._execute(sub)
             self._append(self.chat_template.begin(node.role))
             self.cur_role, self._role_pos = node.role, len(self.text_)
         elif isinstance(node, RoleEnd):

@@ -2,7 +2,8 @@
 
 Role markers come from the served model's tokenizer when ``/get_model_info`` names a
 ``tokenizer_path`` that exists on this machine (or from an explicit ``chat_template``), otherwise
-the plain default template is used.
+from the template SGLang's matchers pick from the model path (``lang/chat_template_registry.py``),
+otherwise the plain default template is used.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from radixlm.interpreter.lease import LeaseReleaser
 from radixlm.lang.chat_template import (
     ChatTemplate, chat_template_from_tokenizer, default_chat_template, named_chat_template,
 )
+from radixlm.lang.chat_template_registry import match_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +44,9 @@ class RuntimeEndpoint(Backend):
         base_url: e.g. ``"http://127.0.0.1:30000"``.
         api_key: sent as ``Authorization: Bearer <api_key>`` when given.
         verify: TLS verification for ``requests`` (a CA bundle path or bool; ``None``: default).
-        chat_template_name: SGLang's template names ``"chatml"`` or ``"default"``; others are
-            ignored with a warning (the template is then derived).
+        chat_template_name: one of SGLang's template names (``"chatml"``, ``"qwen"``,
+            ``"llama-3-instruct"``, ...: ``named_chat_template``); others are ignored with a
+            warning (the template is then derived).
         chat_template: a ChatTemplate, or ``None`` to derive it (see module docstring).
         timeout: seconds per HTTP request (``None``: no limit).
     Raises:
@@ -75,6 +78,9 @@ class RuntimeEndpoint(Backend):
                 return chat_template_from_tokenizer(AutoTokenizer.from_pretrained(path))
             except Exception as exc:  # noqa: BLE001 - fall back to the plain template
                 logger.warning("could not load tokenizer %s for the chat template: %s", path, exc)
+        for name in (self.model_info.get("model_path"), path):
+            if isinstance(name, str) and match_model_path(name):  # NOTE: SGLang's path matching
+                return named_chat_template(match_model_path(name)) or default_chat_template()
         return default_chat_template()
 
     @property

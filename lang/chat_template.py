@@ -24,12 +24,16 @@ class ChatTemplate:
     """Begin/end markers per role.
 
     Attributes:
-        name: ``"default"`` or ``"tokenizer"`` (derived from a tokenizer's chat template).
+        name: ``"default"``, ``"tokenizer"`` (derived from a tokenizer's chat template) or one of
+            SGLang's template names (``lang/chat_template_registry.py``).
         role_markers: role -> ``(begin, end)``; content goes between them.
+        default_system_prompt: as SGLang's: when the first message of a state is not a system
+            message, a system message with this text is inserted first (``None``: never).
     """
 
     name: str
     role_markers: dict[str, tuple[str, str]]
+    default_system_prompt: str | None = None
 
     def begin(self, role: str) -> str:
         """Text that opens a ``role`` message. Raises KeyError for unknown roles."""
@@ -52,12 +56,16 @@ def default_chat_template() -> ChatTemplate:
 
 
 def named_chat_template(name: str) -> ChatTemplate | None:
-    """SGLang template names radixlm knows: ``"chatml"`` and ``"default"``; ``None`` (with a
-    warning) for others, meaning "derive from the tokenizer"."""
+    """SGLang's template names: ``"default"`` (radixlm's plain template) and those of
+    ``lang/chat_template_registry.py`` (``chatml``, ``qwen``, ``llama-3-instruct``, ``gemma-it``,
+    ...); ``None`` (with a warning) for others, meaning "derive from the tokenizer"."""
+    from radixlm.lang.chat_template_registry import NAMED_TEMPLATES
+
     if name == "default":
         return default_chat_template()
-    if name == "chatml":
-        return ChatTemplate("chatml", {r: (f"<|im_start|>{r}\n", "<|im_end|>\n") for r in ROLES})
+    if name in NAMED_TEMPLATES:
+        markers, system = NAMED_TEMPLATES[name]
+        return ChatTemplate(name, dict(markers), system)
     logger.warning("unknown chat template name %r; deriving the template instead", name)
     return None
 
@@ -139,14 +147,18 @@ def chat_template_from_tokenizer(tokenizer: Any) -> ChatTemplate:
 
 
 def get_chat_template(name: str) -> ChatTemplate:
-    """SGLang's lookup by name: ``"chatml"`` or ``"default"``; others give the default template."""
+    """SGLang's lookup by name (see :func:`named_chat_template`); unknown names give the default
+    template."""
     return named_chat_template(name) or default_chat_template()
 
 
 def get_chat_template_by_model_path(model_path: str) -> ChatTemplate:
     """SGLang's lookup by model path: the tokenizer's template when ``model_path`` is a local
-    folder with one, else the default template."""
+    folder with one, else the template SGLang's matchers pick from the path's name
+    (``.../Llama-3.1-8B-Instruct`` -> ``llama-3-instruct``), else the default template."""
     import os
+
+    from radixlm.lang.chat_template_registry import match_model_path
 
     if os.path.isdir(model_path):
         try:
@@ -155,4 +167,5 @@ def get_chat_template_by_model_path(model_path: str) -> ChatTemplate:
             return chat_template_from_tokenizer(AutoTokenizer.from_pretrained(model_path))
         except Exception as exc:  # noqa: BLE001 - fall back to the default template
             logger.warning("no chat template from %s: %s", model_path, exc)
-    return default_chat_template()
+    name = match_model_path(model_path)
+    return (named_chat_template(name) if name else None) or default_chat_template()

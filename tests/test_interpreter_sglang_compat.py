@@ -241,3 +241,36 @@ def test_tracing_a_body_never_runs_other_programs():
         assert len(expands) == 2  # one per program, none from the prefix scan
     finally:
         sgl.global_config.default_backend = old
+
+
+def test_template_default_system_prompt_is_inserted_first():
+    from radixlm.lang.chat_template import get_chat_template
+
+    be = LogBackend(reply="hi")
+    be.chat_template = get_chat_template("qwen")
+
+    @sgl.function
+    def chat(s, system=None):
+        if system:
+            s += sgl.system(system)
+        s += sgl.user("Hello")
+        s += sgl.assistant(sgl.gen("a", max_tokens=2))
+
+    st = chat.run(backend=be)
+    assert st.messages()[0] == {"role": "system", "content": "You are a helpful assistant."}
+    assert st.text() == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                         "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n")
+    own = chat.run(system="Be brief.", backend=be)
+    assert [m["content"] for m in own.messages()] == ["Be brief.", "Hello", "hi"]
+
+
+def test_endpoint_without_a_local_tokenizer_matches_the_model_path(monkeypatch):
+    from radixlm.interpreter.runtime_endpoint import RuntimeEndpoint
+
+    info = {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "tokenizer_path": "/nonexistent"}
+    monkeypatch.setattr(RuntimeEndpoint, "_get", lambda self, path: dict(info))
+    assert RuntimeEndpoint("http://unused").chat_template.name == "llama-3-instruct"
+    assert RuntimeEndpoint("http://unused", chat_template_name="gemma-it").chat_template.begin(
+        "user") == "<start_of_turn>user\n"
+    info["model_path"] = "some/unknown-model"
+    assert RuntimeEndpoint("http://unused").chat_template.name == "default"

@@ -221,3 +221,28 @@ def test_phi3_template_from_shared_data():
     prompt = tok.apply_chat_template(conv[:1], tokenize=False, add_generation_prompt=True)
     assert prompt.endswith("<|assistant|>\n")
     assert prompt == tok.bos_token + tmpl.render(conv[:1]) + tmpl.begin("assistant")
+
+
+# ---- SGLang's named chat templates ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, name", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3-instruct"), ("Qwen/Qwen2.5-7B-Instruct", "qwen"),
+    ("google/gemma-2-9b-it", "gemma-it"), ("HuggingFaceTB/SmolLM2-135M-Instruct", "chatml"),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("gpt2", "default"),
+])
+def test_chat_template_by_model_path_matches_sglang(path, name):
+    from radixlm.lang.chat_template import get_chat_template_by_model_path
+
+    assert get_chat_template_by_model_path(path).name == name
+
+
+def test_named_chat_templates_have_sglang_markers():
+    from radixlm.lang.chat_template import get_chat_template
+
+    llama3 = get_chat_template("llama-3-instruct")
+    assert llama3.render([{"role": "user", "content": "Hi"}]) == \
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+    assert get_chat_template("gemma-it").begin("assistant") == "<start_of_turn>model\n"
+    assert get_chat_template("qwen").default_system_prompt == "You are a helpful assistant."
+    assert get_chat_template("chatml").default_system_prompt is None
