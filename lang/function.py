@@ -168,19 +168,18 @@ class Function:
 
     def _claim_program_arguments(self, explicit: dict[str, Any], args: tuple[Any, ...],
                                  program_kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Give a program parameter named like a run option (``def f(s, question, n)`` run as
-        ``f.run(question=q, n=5)``) its value: Python binds ``n`` to ``run``'s option, which would
-        leave the program without its argument.  It is claimed when the program needs it (no
-        default, not given otherwise) or when the caller passed a non-default value; the option
-        then keeps its default.  Updates ``program_kwargs``; returns the remaining options."""
+        """Give a required program parameter named like a run option (``def f(s, question, n)``
+        run as ``f.run(question=q, n=5)``) its value: Python binds ``n`` to ``run``'s option,
+        which leaves the program without its argument (a TypeError in SGLang).  Only parameters
+        without a default that are not given otherwise are claimed, so programs that run under
+        SGLang keep its meaning; the option then keeps its default.  Updates ``program_kwargs``;
+        returns the remaining options."""
         given = set(self.arg_names[: len(args)]) | set(program_kwargs) | set(self.bind_arguments)
         params = inspect.signature(self.func).parameters
         out = dict(explicit)
         for name, value in explicit.items():
-            if name not in params or name in given or name not in self.arg_names:
-                continue
-            required = params[name].default is inspect.Parameter.empty
-            if required or value != _RUN_DEFAULTS[name]:
+            if name in params and name not in given and name in self.arg_names \
+                    and params[name].default is inspect.Parameter.empty:
                 program_kwargs[name] = value
                 out[name] = _RUN_DEFAULTS[name]
         return out
