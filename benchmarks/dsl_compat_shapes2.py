@@ -299,3 +299,19 @@ def shape_compile_and_nested_program_call(sgl, be):
         check(st.error() is None and all(x.error() is None for x in sts), "compiled run")
     finally:
         sgl.global_config.default_backend = None
+
+
+@shape
+def shape_named_chat_template(sgl, be):
+    from radixlm.lang.chat_template import get_chat_template
+
+    qwen = sgl.EngineBackend(be.engine, chat_template=get_chat_template("qwen"))
+
+    @sgl.function
+    def chat(s):
+        s += sgl.user("Hello")
+        s += sgl.assistant(sgl.gen("a", max_tokens=4))
+    st = chat.run(backend=qwen, temperature=0)
+    check(st.messages()[0]["role"] == "system", "qwen's default system prompt")
+    check(get_chat_template("llama-3-instruct").begin("user").startswith("<|start_header_id|>"),
+          "llama-3 markers")
