@@ -200,6 +200,8 @@ class Runtime:
                 yield text[seen:]
                 seen = len(text)
 
+    add_request = async_generate  # NOTE: SGLang's alias
+
     def start_profile(self) -> None:
         """Not supported: raises NotImplementedError."""
         raise NotImplementedError("profiling through sgl.Runtime is not supported by radixlm")

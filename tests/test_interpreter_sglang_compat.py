@@ -275,3 +275,21 @@ def test_endpoint_without_a_local_tokenizer_matches_the_model_path(monkeypatch):
         "user") == "<start_of_turn>user\n"
     info["model_path"] = "some/unknown-model"
     assert RuntimeEndpoint("http://unused").chat_template.name == "default"
+
+
+def test_runtime_add_request_streams_text_deltas():
+    from radixlm.interpreter.runtime import Runtime
+
+    class Stream(LogBackend):
+        def request_stream(self, payload):
+            self.log.append(payload)
+            yield from ({"text": t} for t in ("He", "Hello", "Hello!"))
+
+    rt = Runtime.__new__(Runtime)  # NOTE: no server: only the endpoint is used
+    rt.endpoint = Stream()
+
+    async def collect():
+        return [x async for x in rt.add_request("Hi", {"max_new_tokens": 3})]
+
+    assert asyncio.run(collect()) == ["He", "llo", "!"]
+    assert rt.endpoint.log[0]["sampling_params"] == {"max_new_tokens": 3}
