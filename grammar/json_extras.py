@@ -46,6 +46,7 @@ GAP_BUDGET = 12_000  # positions * pair size of the undeclared pairs between dec
 # empty container, saved MaskBench 0-1 ms of compile p50, within the noise, in three runs each)
 GAP_DEPTH = EXTRA_DEPTH
 LEAD_KEY = "$schema"
+PATTERN_PAIRS_MAX = 4  # patternProperties up to this many: keys matching two patterns take both schemas
 _EXTRA_VALUES: dict[tuple, Node] = {}
 _ANY_KEY: list[ByteDFA] = []
 
@@ -72,7 +73,8 @@ class ExtrasMixin:
     def _extra_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any,
                      levels: int | None = None) -> Node:
         """Key/value pairs of undeclared keys: a key matching exactly one ``patternProperties``
-        pattern takes that pattern's schema (keys matching several are left out: sound), any other
+        pattern takes that pattern's schema, one matching two (of at most ``PATTERN_PAIRS_MAX``
+        patterns) both schemas (keys matching more are left out: sound), any other
         key takes ``additionalProperties``; all keys must satisfy ``propertyNames``. ``levels``:
         the nesting of an implicit pair's value (default: by the object's depth)."""
         if addl is False and not pats:
@@ -92,8 +94,14 @@ class ExtrasMixin:
         mk = (tuple(props), tuple(pat_dfas), tuple(pats[p] is False for p in pat_dfas), addl is False,
               None if names is None else json.dumps(names, sort_keys=True, default=str))
         got = memo.get(mk)
+
+        def value_of(p: Any) -> Any:
+            if isinstance(p, tuple):
+                return {"allOf": [pats[q] for q in p]}
+            return pats[p] if p is not None else addl
+
         if got is not None:
-            return [(key, pats[p] if p is not None else addl) for key, p in got]
+            return [(key, value_of(p)) for key, p in got]
         # NOTE: one automaton of all the declared keys, determinized at once
         declared = dfa_from_ast(alt(*(string_literal(k) for k in props))) if props else None
         names_dfa = dfa_from_ast(self.node(names)) if names is not None else None
@@ -101,6 +109,16 @@ class ExtrasMixin:
         for p, d in pat_dfas.items():
             others = [o for q, o in pat_dfas.items() if q != p]
             classes.append((d, others, p, pats[p]))
+        if len(pat_dfas) <= PATTERN_PAIRS_MAX:
+            names_ = list(pat_dfas)
+            for i, p in enumerate(names_):
+                for q in names_[i + 1:]:
+                    if pats[p] is False or pats[q] is False:
+                        continue
+                    both = product(pat_dfas[p], pat_dfas[q], "and")
+                    if both.start:
+                        others = [o for r, o in pat_dfas.items() if r not in (p, q)]
+                        classes.append((both, others, (p, q), True))
         if addl is not False:
             classes.append((_any_key(), list(pat_dfas.values()), None, addl))
         got = []
@@ -116,7 +134,7 @@ class ExtrasMixin:
             if key.start:
                 got.append((key, p))
         memo[mk] = got
-        return [(key, pats[p] if p is not None else addl) for key, p in got]
+        return [(key, value_of(p)) for key, p in got]
 
     def _extra_value_of(self, value_schema: Any, levels: int | None) -> Node:
         """The value node of an undeclared pair whose schema is ``value_schema``."""

@@ -86,6 +86,7 @@ MAX_EXACT_LEN = 64  # length bounds up to this are unrolled in the AST, longer o
 # past PATTERN_LENGTH_WORK the length bound is lowered (to MIN_LOWERED at least; sound)
 PATTERN_LENGTH_WORK = 40_000
 MIN_LOWERED = 32
+MIN_RETRIED = 16  # where even that product is too large, lowered by quarters down to this
 MAX_COUNTED = 512  # maxLength above this is lowered to it (sound); minLength above it is an error
 _CHAR_DFA: list[ByteDFA] = []
 
@@ -167,7 +168,17 @@ def string_node(schema: dict, extra: dict) -> Node:
             # product small (a sound restriction: longer strings are rejected)
             hi = min(hi, max(lo, PATTERN_LENGTH_WORK // out.n_states, MIN_LOWERED))
             base = string(lo, hi) if hi <= MAX_EXACT_LEN else ("dfa", counted_string(lo, hi))
-        out = product(out, dfa_from_ast(base), "and")
+        while True:
+            try:
+                out = product(out, dfa_from_ast(base), "and")
+                break
+            except GrammarError:
+                # NOTE: the product is still too large: a lower maxLength again (sound), down to
+                # the minLength or MIN_RETRIED
+                if hi is None or hi * 3 // 4 < max(lo, MIN_RETRIED):
+                    raise
+                hi = hi * 3 // 4
+                base = string(lo, hi) if hi <= MAX_EXACT_LEN else ("dfa", counted_string(lo, hi))
     return ("dfa", out) if out.start else NOTHING
 
 

@@ -33,7 +33,7 @@ Output conventions (what a constrained model may write):
   about ``PATTERN_LENGTH_WORK / n``); overlapping ``oneOf`` branches are narrowed until
   provably exclusive (:mod:`radixlm.grammar.schema_oneof`); ``if`` without an expressible
   ``not if`` becomes ``then and (if or else)`` (:mod:`radixlm.grammar.schema_rewrite`);
-  ``patternProperties`` keys matching two patterns are left out; number bounds beyond
+  ``patternProperties`` keys matching three patterns (or two of more than four) are left out; number bounds beyond
   ``BOUND_CLAMP`` (10^40) are clamped to it; ``format: regex`` allows a regular subset of the
   regexes valid in Python and ECMA-262
   (``json_scalars.valid_regex``: groups nested at most 3 deep, bounded counts).

@@ -31,6 +31,10 @@ CASES: list[tuple[str, Any, list, list]] = [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
         {"patternProperties": {"^x": {"type": "integer"}}}]},
      [{"a": 1}, {}], [{"x1": 1}, {"a": 1, "xy": 2}]),
+    ("a key matching two patternProperties takes both schemas", {
+        "type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 10}},
+        "additionalProperties": False},
+     [{"ab": 12, "a": 1, "b": 20}, {"axb": 10}], [{"ab": 5}, {"ab": 12.5}, {"c": 1}, {"b": 3}]),
     # unevaluatedProperties: a branch's sees only the branch; the parent's sees the branches
     ("unevaluatedProperties in a $ref target", {
         "$defs": {"closed": {"type": "object", "properties": {"id": {"type": "integer"}}, "unevaluatedProperties": False}},
