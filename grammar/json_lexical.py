@@ -103,6 +103,8 @@ INT = int_range(None, None)
 FRAC = cat(char("."), rep(DIGIT, 1, None))
 EXP = cat(chars((69, 69), (101, 101)), opt(chars((43, 43), (45, 45))), rep(DIGIT, 1, None))
 NUMBER = cat(opt(char("-")), _nonneg_int(0, None), opt(FRAC), opt(EXP))
+# Numbers that are not integers, as plain decimals (a fraction with a non-zero digit; no exponent)
+FRACTION = cat(opt(char("-")), _nonneg_int(0, None), char("."), rep(DIGIT, 0, None), chars((49, 57)), rep(DIGIT, 0, None))
 
 
 def _frac_ge(b: str, strict: bool) -> Node:

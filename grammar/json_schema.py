@@ -151,6 +151,8 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
             if "number" in types:
                 t_list.remove("integer")
             out = alt(*(self.typed(schema, t, extra) for t in t_list))
+            if "x-fraction" in types:  # NOTE: numbers that are not integers (not {type: integer})
+                out = alt(out, self.fraction(schema, extra))
         for n in nots:
             out = self.apply_not(schema, n, out)
         return out

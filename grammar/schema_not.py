@@ -10,7 +10,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE
-from radixlm.grammar.json_lexical import literal_exact
+from radixlm.grammar.json_lexical import FRACTION, literal_exact
 from radixlm.grammar.schema_checks import implied_types
 from radixlm.grammar.schema_merge import ANNOTATIONS, ASSERTIONS, guard, merge, resolve_pointer
 
@@ -148,17 +148,30 @@ class NotMixin:
         raise GrammarError("unsupported JSON Schema keyword: 'not' (with " + ", ".join(sorted(keys)) + ")")
 
     def apply_not_types(self, schema: dict, neg: Any, types: set[str] | None) -> set[str] | None:
-        """The instance types left by ``not {type: ...}`` (non-integer numbers are refused)."""
+        """The instance types left by ``not {type: ...}`` (``x-fraction``: numbers that are not
+        integers, see :meth:`fraction`)."""
         if isinstance(neg, dict) and set(neg) & ASSERTIONS == {"type"}:
             banned = implied_types({"type": neg["type"]}) or set()
             base = set(types) if types is not None else {"null", "boolean", "object", "array", "string", "number", "integer"}
             left = base - banned
             if "number" in base and "number" not in left and "integer" in left:
                 left.discard("integer")
-            if "integer" in banned:  # NOTE: numbers that are not integers: not expressed (refused)
+            if "integer" in banned and "number" in left:  # NOTE: numbers that are not integers
                 left.discard("number")
+                left.add("x-fraction")
+            if "number" in banned:
+                left.discard("x-fraction")
             return left
         return types
+
+    def fraction(self, schema: dict, extra: dict) -> Node:
+        """The numbers of ``schema`` that are not integers, as plain decimals (inside a grammar's
+        rule of its own: refused, a sound restriction)."""
+        node = self.typed(schema, "number", extra)
+        if self.walk.has_ref(node):
+            return NOTHING
+        got = product(dfa_from_ast(node), dfa_from_ast(FRACTION), "and")
+        return ("dfa", got) if got.start else NOTHING
 
     def apply_not(self, schema: dict, neg: Any, out: Node) -> Node:
         if not isinstance(neg, dict):

@@ -246,6 +246,12 @@ def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Call
                 views.append(merge(va, {"required": [key]}))
                 narrowed_any = True
                 continue
+        if t == "number" and isinstance(vb, dict) and "number" not in (types_of(vb) or {"number"}):
+            # NOTE: b's numbers are integers: a keeps its numbers that are not (sound: a's integers
+            # that fail b's other keywords are dropped too)
+            views.append(merge(va, {"not": {"type": "integer"}}))
+            narrowed_any = True
+            continue
         rest = {k: v for k, v in b.items() if k != "type"} if isinstance(b, dict) else b
         neg = negate(rest) if rest not in ({}, True) else None
         if neg is False:

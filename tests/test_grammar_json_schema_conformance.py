@@ -119,6 +119,10 @@ CASES: list[tuple[str, Any, list, list]] = [
      ["abc", "\u00e9t\u00e9"], ["a\u00a0b", "a b", "\u2003", "x\u2029"]),
     ("pattern \\s matches Unicode spaces", {"type": "string", "pattern": "^a\\sb$"},
      ["a b", "a\u00a0b", "a\u3000b"], ["ab", "a_b"]),
+    # numbers that are not integers: not {type: integer}, and oneOf an integer branch and a number one
+    ("not type integer", {"type": "number", "not": {"type": "integer"}, "maximum": 100}, [1.5, -0.25, 99.75], [1, 1.0, 101.5]),
+    ("oneOf integer or number overlapping", {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 2}]},
+     [2.5, 1, -7, 10.25], [3, 1.5, 2]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
