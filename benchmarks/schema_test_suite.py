@@ -81,6 +81,7 @@ def run_group(info: Any, tokenizer: Any, path: Path, draft: str, group: dict, ar
     text = json.dumps(group["schema"])
     remote = path.name == "refRemote.json" or REMOTE in text
     rec: dict[str, Any] = {"file": f"{draft}/{path.relative_to(args.suite / draft)}", "group": group["description"],
+                           "schema": group["schema"],
                            "status": "ok", "msg": "", "remote": remote, "unique": "uniqueItems" in text, "tests": []}
     del NETWORK[:]
     compiled = None
@@ -120,6 +121,41 @@ def run_group(info: Any, tokenizer: Any, path: Path, draft: str, group: dict, ar
     return rec
 
 
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "integer" if float(v).is_integer() else "number"
+    return {str: "string", list: "array", dict: "object"}[type(v)]
+
+
+def rejection_cause(rec: dict, test: dict) -> str:
+    """Why a valid instance of a compiled group was refused, where a documented restriction
+    explains it: an untyped schema restricted to the type its keywords constrain (``implied
+    type``), ``format`` enforced (an annotation by default in 2020-12), an integer written ``1.0``;
+    else ``other``."""
+    from radixlm.grammar.schema_checks import implied_types
+
+    schema, data = rec["schema"], test["data"]
+    if isinstance(schema, dict) and "type" not in schema:
+        try:
+            ts = implied_types(schema)
+        except Exception:  # noqa: BLE001
+            ts = None
+        kind = _json_type(data)
+        if ts is None and any(k in schema for k in ("dependentRequired", "dependentSchemas")):
+            ts = {"object"}  # NOTE: rewritten into object branches
+        if ts is not None and kind not in ts and not (kind == "integer" and "number" in ts):
+            return "implied type"
+    if "format" in json.dumps(schema) and isinstance(data, str):
+        return "format enforced"
+    if isinstance(data, float) and data.is_integer():
+        return "integer written as 1.0"
+    return "other"
+
+
 def summarize(records: list[dict]) -> str:
     """A per-file table and, below it, every soundness bug, crash, timeout and error head."""
     rows: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -134,7 +170,8 @@ def summarize(records: list[dict]) -> str:
             if r.get("network"):  # NOTE: a remote group may compile when its refs resolve locally
                 bugs.append(f"REMOTE {r['file']} | {r['group']}: {r['status']} {r.get('network', '')}")
         elif r["status"] == "error":
-            heads[error_head(r["msg"])] += 1
+            empty = not any(t["valid"] for t in r["tests"])  # NOTE: nothing valid: refusing is right
+            heads[error_head(r["msg"]) + (" [no valid instance: correct]" if empty else "")] += 1
         if r["status"] in ("crash", "timeout"):
             bugs.append(f"{r['status'].upper()} {r['file']} | {r['group']}: {r['msg'][:160]}")
         for t in r["tests"]:
@@ -169,6 +206,18 @@ def summarize(records: list[dict]) -> str:
     lines += [f"  BUG {x}" for x in bugs]
     lines.append(f"jsonschema disagrees with the suite's flag: {len(disagree)}")
     lines += [f"  {x}" for x in disagree[:20]]
+    causes: collections.Counter = collections.Counter()
+    others = []
+    for r in records:
+        for t in r["tests"]:
+            if t["valid"] and t.get("accepted") is False:
+                cause = rejection_cause(r, t)
+                causes[(r["file"].split("/")[0], cause)] += 1
+                if cause == "other":
+                    others.append(f"{r['file']} | {r['group']} | {t['desc']}")
+    lines.append("valid instances refused, by cause (compiled groups):")
+    lines += [f"  {n:4d} {d}: {c}" for (d, c), n in sorted(causes.items())]
+    lines += [f"    {x}" for x in others]
     lines.append("GrammarError heads (non-remote groups):")
     lines += [f"  {n:4d} {h}" for h, n in heads.most_common()]
     return "\n".join(lines)
