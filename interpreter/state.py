@@ -33,6 +33,11 @@ class ProgramState(StateBase):
     def submit(self, nodes: list[Expr]) -> None:
         self.executor.submit(nodes)
 
+    @property
+    def stream_executor(self) -> StreamExecutor:
+        """SGLang's name for :attr:`executor` (``text_``, ``variables``, ``meta_info``, ...)."""
+        return self.executor
+
     # ---- variables -----------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Any:
@@ -176,6 +181,11 @@ class ForkedStates:
         self.parent = parent
         self._base_vars = dict(parent.executor.variables)
         self._base_len = len(parent.executor.text_)
+
+    @property
+    def src_state(self) -> ProgramState:
+        """SGLang's name for :attr:`parent`, the forked state."""
+        return self.parent
 
     def __getitem__(self, i: int) -> ProgramState:
         return self.states[i]

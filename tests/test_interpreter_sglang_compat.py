@@ -293,3 +293,16 @@ def test_runtime_add_request_streams_text_deltas():
 
     assert asyncio.run(collect()) == ["He", "llo", "!"]
     assert rt.endpoint.log[0]["sampling_params"] == {"max_new_tokens": 3}
+
+
+def test_sglang_attribute_names_of_states():
+    @sgl.function
+    def prog(s):
+        s += "x" + sgl.gen("a", max_tokens=1)
+        forks = s.fork(2)
+        assert forks.src_state is s
+        forks.join()
+
+    st = prog.run(backend=LogBackend())
+    assert st.error() is None
+    assert st.stream_executor.text_ == "xok" and st.stream_executor.variables["a"] == "ok"
