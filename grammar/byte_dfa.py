@@ -78,8 +78,8 @@ class ByteDFA:
             # NOTE: the tuples are made by zip and cut per state by slices (C loops, not Python)
             flat = list(zip(lo.tolist(), hi.tolist(), tgt.tolist()))
             ptr = np.searchsorted(src, np.arange(self.n_states + 1)).tolist()
-            # NOTE: tuples, not lists: the first collection after a compile untracks tuples of
-            # ints, so the runs of long-lived (memoized) automata are never traversed again
+            # NOTE: tuples, not lists: the collector untracks tuples of ints (within two passes),
+            # so the runs of long-lived (memoized) automata are not traversed again and again
             got = [tuple(flat[a:b]) for a, b in zip(ptr, ptr[1:])]
             self._runs = got
         return got
