@@ -134,9 +134,14 @@ class ProgramState(StateBase):
 
         Args:
             var_name: only yield the pieces of that variable's generation, and stop once it is
-                complete; ``None`` yields everything appended until the program ends.
+                complete; ``None`` yields everything appended until the program ends.  Without
+                ``stream=True`` the variable's value is yielded once, as SGLang does (so
+                ``var_scope`` variables and joined lists work too).
         """
         ex = self.executor
+        if var_name is not None and not ex.stream:
+            yield self.get_var(var_name)
+            return
         idx = 0
         while True:
             with ex._cond:

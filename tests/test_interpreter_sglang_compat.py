@@ -306,3 +306,18 @@ def test_sglang_attribute_names_of_states():
     st = prog.run(backend=LogBackend())
     assert st.error() is None
     assert st.stream_executor.text_ == "xok" and st.stream_executor.variables["a"] == "ok"
+
+
+def test_text_iter_of_a_variable_without_streaming_yields_its_value():
+    @sgl.function
+    def prog(s):
+        with s.var_scope("block"):
+            s += "a" + sgl.gen("g", max_tokens=1)
+        forks = s.fork(2)
+        forks += sgl.gen("f", max_tokens=1)
+        forks.join()
+
+    st = prog.run(backend=LogBackend())
+    assert list(st.text_iter("block")) == ["aok"] and list(st.text_iter("g")) == ["ok"]
+    assert list(st.text_iter("f")) == [["ok", "ok"]]
+    assert "".join(st.text_iter()) == st.text()
