@@ -69,6 +69,16 @@ class Constant(Expr):
         return f"Constant({self.value!r})"
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (``np.int64(16)``, common in benchmark scripts) as the Python number (also
+    inside lists, e.g. ``stop_token_ids``); other values unchanged."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
 class _DslSamplingParams:
     """Methods of the DSL's :data:`SamplingParams` (its fields are generated below)."""
 
@@ -90,7 +100,8 @@ class _DslSamplingParams:
         Raises:
             ValueError: for an unsupported ``dtype``.
         """
-        out = {k: getattr(self, k) for k in _RUNTIME_FIELDS if k != "n" and getattr(self, k) is not None}
+        out = {k: _plain(getattr(self, k)) for k in _RUNTIME_FIELDS
+               if k != "n" and getattr(self, k) is not None}
         if isinstance(out.get("stop"), tuple):
             out["stop"] = list(out["stop"])
         if self.dtype is not None:
@@ -112,7 +123,7 @@ class _DslSamplingParams:
 
     def request_options(self) -> dict[str, Any]:
         """Top-level request fields (logprob options) that are set."""
-        return {k: getattr(self, k) for k in _REQUEST_FIELDS if getattr(self, k) is not None}
+        return {k: _plain(getattr(self, k)) for k in _REQUEST_FIELDS if getattr(self, k) is not None}
 
     def describe(self) -> str:
         """Short ``k=v`` list of the set fields, for ``__str__`` of traces."""

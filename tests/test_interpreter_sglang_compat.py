@@ -321,3 +321,18 @@ def test_text_iter_of_a_variable_without_streaming_yields_its_value():
     assert list(st.text_iter("block")) == ["aok"] and list(st.text_iter("g")) == ["ok"]
     assert list(st.text_iter("f")) == [["ok", "ok"]]
     assert "".join(st.text_iter()) == st.text()
+
+
+def test_numpy_scalars_are_accepted_as_sampling_values(engine, backend):
+    np = pytest.importorskip("numpy")
+
+    @sgl.function
+    def prog(s):
+        s += "Once upon a time" + sgl.gen("a", max_tokens=np.int64(3), temperature=np.float32(0),
+                                          stop_token_ids=[np.int64(0)], ignore_eos=True)
+
+    st = prog.run(backend=backend, max_new_tokens=np.int64(4))
+    assert st.error() is None and st.get_meta_info("a")["completion_tokens"] == 3
+    ref = engine.generate("Once upon a time", {"max_new_tokens": 3, "temperature": 0,
+                                               "ignore_eos": True})
+    assert st["a"] == ref["text"]
