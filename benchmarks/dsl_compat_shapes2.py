@@ -315,3 +315,16 @@ def shape_named_chat_template(sgl, be):
     check(st.messages()[0]["role"] == "system", "qwen's default system prompt")
     check(get_chat_template("llama-3-instruct").begin("user").startswith("<|start_header_id|>"),
           "llama-3 markers")
+
+
+@shape
+def shape_numpy_params_and_text_iter_var(sgl, be):
+    import numpy as np
+
+    @sgl.function
+    def prog(s):
+        with s.var_scope("block"):
+            s += "Count: " + sgl.gen("c", max_tokens=np.int64(3), temperature=np.float64(0))
+    st = prog.run(backend=be, max_new_tokens=np.int64(8))
+    check(st.error() is None, f"numpy values: {st.error()!r}")
+    check(list(st.text_iter("block")) == [st["block"]], "text_iter(var_scope) non-stream")
