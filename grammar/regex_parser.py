@@ -32,11 +32,8 @@ Ranges = tuple[tuple[int, int], ...]
 
 DIGIT: Ranges = ((48, 57),)
 WORD: Ranges = ((48, 57), (65, 90), (95, 95), (97, 122))
-# \s: the whitespace of both ECMA-262 and Python ``re``; \S: no whitespace of either (ECMA adds
-# U+FEFF, Python U+001C..U+001F and U+0085), so that both readings of a pattern agree on a match.
-SPACE: Ranges = ((9, 13), (32, 32), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-                 (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000))
-SPACE_ANY: Ranges = tuple(sorted(SPACE + ((0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF))))
+SPACE: Ranges = ((9, 13), (32, 32), (160, 160), (5760, 5760), (8192, 8202), (8232, 8233), (8239, 8239), (8287, 8287), (12288, 12288))  # \s: of ECMA-262 and Python alike
+SPACE_ANY: Ranges = tuple(sorted(SPACE + ((0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF))))  # \S: a space of neither
 _SIMPLE_ESC = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "a": 7, "0": 0}
 
 
@@ -270,9 +267,7 @@ class _Parser:
     def escape(self, in_class: bool) -> Ranges:
         c = self.take()
         if c in "dDwWsS":
-            if c == "S":
-                return negate(normalize(list(SPACE_ANY)))
-            base = {"d": DIGIT, "w": WORD, "s": SPACE}[c.lower()]
+            base = {"d": DIGIT, "w": WORD, "s": SPACE, "S": SPACE_ANY}[c if c == "S" else c.lower()]
             return negate(base) if c.isupper() else base
         if c in _SIMPLE_ESC and not (c == "0" and self.peek().isdigit()):
             v = _SIMPLE_ESC[c]
@@ -280,8 +275,7 @@ class _Parser:
         if c == "b" and in_class:
             return ((8, 8),)
         if c == "c" and self.peek().isascii() and self.peek().isalpha():  # ECMA-262 control escape
-            v = ord(self.take()) % 32
-            return ((v, v),)
+            return ((ord(self.take()) % 32,) * 2,)
         if c == "x":
             return self._hex(2)
         if c == "u":
