@@ -18,6 +18,23 @@ from radixlm.grammar.schema_oneof import exclusive_branches
 MAX_REF_CHAIN = 8  # $ref to $ref ... that ``_prepared`` follows
 
 
+def closed_over(branch: Any, late: dict) -> dict:
+    """What ``unevaluatedProperties`` / ``unevaluatedItems`` of ``late`` require of an instance of
+    ``branch``, counting as evaluated only the keys and positions ``branch`` declares at its top
+    level (its nested applicators' are not counted: stricter, never looser)."""
+    b = branch if isinstance(branch, dict) else {}
+    out: dict = {}
+    u, ui = late.get("unevaluatedProperties", True), late.get("unevaluatedItems", True)
+    if u is not True and "additionalProperties" not in b:
+        out["properties"] = {k: True for k in b.get("properties", {})}
+        out["patternProperties"] = {p: True for p in b.get("patternProperties", {})}
+        out["additionalProperties"] = u
+    if ui is not True and "items" not in b:
+        out["prefixItems"] = [True] * len(b.get("prefixItems", []))
+        out["items"] = ui
+    return out
+
+
 class CombinatorMixin:
     """``combinator`` (``anyOf`` / ``oneOf`` / pending ``x-any``) and ``merged_key`` of
     :class:`radixlm.grammar.json_schema.SchemaConverter`."""
@@ -69,12 +86,18 @@ class CombinatorMixin:
             resolved = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b for b in norm]
             overlap = any(not self._disjoint(resolved[i], resolved[j])
                           for i, j in itertools.combinations(range(len(resolved)), 2))
-            if overlap and late is not None:
-                raise GrammarError("unsupported: overlapping oneOf branches beside unevaluatedProperties / unevaluatedItems")
             if overlap:
+                raw = [resolve_pointer(self.root, b["$ref"]) if isinstance(b, dict) and "$ref" in b else b
+                       for b in merged]
                 merged = exclusive_branches([self.normalize(b) if isinstance(b, dict) else b for b in resolved],
                                             self._disjoint, self._negated, self._prepared)
                 keys = [None] * len(merged)
+                if late is not None:
+                    # NOTE: narrowed branches hold negations: the parent's unevaluated* applies to
+                    # all but what the branch itself declares (sound: see closed_over)
+                    merged = [merge(n, closed_over(r, late)) if isinstance(n, dict) else n
+                              for n, r in zip(merged, raw)]
+                    late = None
         if late is not None:
             merged = [merge(b, late) if isinstance(b, dict) else b for b in merged]
             keys = [None] * len(merged)

@@ -155,7 +155,7 @@ def test_whitespace_modes() -> None:
 
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "array", "contains": {"multipleOf": 2}, "maxContains": 2}, "not"),  # maxContains needs not contains
-    ({"type": "array", "oneOf": [{"minItems": 1}, {"maxItems": 2}], "unevaluatedItems": False}, "unevaluatedItems"),
+    ({"$recursiveRef": "#"}, "recursiveRef"),
     ({"$dynamicRef": "#meta"}, "dynamicRef"),
     ({"not": {"multipleOf": 2}}, "not"),
     ({"$ref": "http://example.com/s.json"}, "\\$ref"),
