@@ -12,6 +12,7 @@ under ``not``, or in a ``oneOf`` branch, a stricter sub-schema accepts more.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from radixlm.grammar.schema_merge import ASSERTIONS
@@ -46,6 +47,7 @@ def apply_dialect(root: Any) -> Any:
         return root  # NOTE: no draft named: every keyword applies (what the schema's author meant)
     known, ref_alone = dialect(root)
     counts = "dependentRequired" in known  # 2019-09 and later
+    defs = "$defs" if counts else "definitions"  # NOTE: where a dropped subschema with an $id is kept
     dropped = [False]
 
     def keep(schema: dict, key: str) -> bool:
@@ -65,10 +67,12 @@ def apply_dialect(root: Any) -> Any:
             return [walk(x) for x in node]
         if not isinstance(node, dict):
             return node
-        out = {}
+        out, kept = {}, {}
         for k, v in node.items():
             if not keep(node, k):
                 dropped[0] = True
+                if isinstance(v, dict) and ('"$id"' in json.dumps(v) or '"$anchor"' in json.dumps(v)):
+                    kept[f"x-ignored:{k}"] = walk(v)  # NOTE: still a $ref target (an $id inside)
                 continue
             if k in _DATA:
                 out[k] = v
@@ -76,6 +80,8 @@ def apply_dialect(root: Any) -> Any:
                 out[k] = {name: walk(sub) for name, sub in v.items()}
             else:
                 out[k] = walk(v)
+        if kept:
+            out[defs] = {**out.get(defs, {}), **kept}
         return out
 
     got = walk(root)

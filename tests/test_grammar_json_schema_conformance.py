@@ -132,6 +132,10 @@ CASES: list[tuple[str, Any, list, list]] = [
             {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
             {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
      [{"a": 1}, {"b": 2}], [{"a": 1, "b": 2}, {"a": 1, "b": "x"}, {"a": 1, "c": 1}, {}]),
+    ("$ref to an $id inside a keyword the draft ignores (then without if)", {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "http://example.com/t",
+        "then": {"$id": "http://example.com/t", "type": "integer", "minimum": 3}},
+     [3, 10], ["a", 2]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
