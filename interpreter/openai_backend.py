@@ -54,7 +54,8 @@ class OpenAI(Backend):
         model_name: the ``model`` of every call (e.g. ``"gpt-4o-mini"``, or the served path).
         is_chat_model: use ``chat.completions``; False: ``completions``; default: chat unless
             the name is in ``INSTRUCT_MODEL_NAMES`` (``gpt-3.5-turbo-instruct``).
-        chat_template: ChatTemplate or name (``"chatml"``, ``"default"``) used to render the state's
+        chat_template: ChatTemplate or one of SGLang's names (``"chatml"``, ``"llama-3-instruct"``,
+            ``"default"``, ...: ``named_chat_template``) used to render the state's
             text (and the prompt of completion models); default: the plain default template.
         is_azure: use ``openai.AzureOpenAI``.
         *args, **kwargs: passed to the ``openai`` client (``base_url``, ``api_key``, ...).
