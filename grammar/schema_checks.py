@@ -82,39 +82,47 @@ def emitted_types(schema: dict) -> set[str]:
     return set(ALL_TYPES) if ts is None else set(ts)
 
 
-def standard(schema: Any) -> Any:
+# The ``x-any`` kind of a sound restriction (an ``if`` whose ``not if`` has no positive form): its
+# branches accept less than the keywords they replace, so they stand for them only where accepting
+# less is safe (what the converter emits), never where a schema's whole language is needed.
+UNDER = "x-under-anyOf"
+
+
+def standard(schema: Any, over: bool = False) -> Any:
     """``schema`` with the converter's internal keywords (``x-all``, ``x-any``, ``x-nots``,
-    ``x-checks``) written back as standard ones, at every depth, for a validator."""
+    ``x-checks``) written back as standard ones, at every depth, for a validator. ``over``: a
+    language at least the schema's (``UNDER`` restrictions left out), else at most."""
     if isinstance(schema, list):
-        return [standard(v) for v in schema]
+        return [standard(v, over) for v in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict = {}
     more: list = []
     for k, v in schema.items():
         if k == "x-all":
-            more += [{k2: standard(x)} for k2, vs in v.items() for x in vs]
+            more += [{k2: standard(x, over)} for k2, vs in v.items() for x in vs]
         elif k == "x-any":
-            more += [{kind: standard(branches)} for kind, branches in v]
+            more += [{"anyOf" if kind == UNDER else kind: standard(branches, over)}
+                     for kind, branches in v if not (over and kind == UNDER)]
         elif k == "x-nots":
-            more += [{"not": standard(n)} for n in v]
+            more += [{"not": standard(n, not over)} for n in v]
         elif k == "x-checks":
-            more += standard(v)
+            more += standard(v, over)
         elif k == "x-any-first":
             continue
         elif k in ("enum", "const"):
             out[k] = v
         else:
-            out[k] = standard(v)
+            out[k] = standard(v, not over if k == "not" else over)
     if more:
         out["allOf"] = list(out.get("allOf", [])) + more
     return out
 
 
-def _validator(schema: dict, root: Any) -> Any:
+def _validator(schema: dict, root: Any, over: bool = False) -> Any:
     import jsonschema
 
-    sub = standard(schema)
+    sub = standard(schema, over)
     if isinstance(root, dict):
         for key in ("definitions", "$defs"):
             if key in root:
@@ -194,6 +202,8 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
         return True
     if a is True or b is True or not isinstance(a, dict) or not isinstance(b, dict):
         return False
+    if a.get("x-under") or b.get("x-under"):
+        return False  # NOTE: a sound restriction of a schema (schema_merge.seal) stands for less than it
     if "$ref" in a or "$ref" in b:
         if depth >= MAX_DEPTH or len(a if "$ref" in a else b) != 1:
             return False
@@ -214,7 +224,7 @@ def disjoint(a: Any, b: Any, root: Any, string_dfa: Callable[[dict], Any] | None
     for vals, other in ((va, b), (vb, a)):
         if vals is not None:
             try:
-                check = _validator(other, root)
+                check = _validator(other, root, over=True)
                 return not any(check.is_valid(v) for v in vals)
             except Exception:  # noqa: BLE001
                 return False

@@ -203,6 +203,9 @@ def _as_prefix(s: dict) -> dict:
     return out
 
 
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "x-any", "if", "then", "else", "$ref", "dependentSchemas", "dependencies", "not")
+
+
 def seal(s: Schema) -> Schema:
     """``s`` as a sibling of other schemas: its ``unevaluatedProperties`` / ``unevaluatedItems``
     see only what ``s`` itself evaluates, so they become ``additionalProperties`` / ``items`` (no-ops
@@ -211,6 +214,8 @@ def seal(s: Schema) -> Schema:
     if not isinstance(s, dict) or ("unevaluatedProperties" not in s and "unevaluatedItems" not in s):
         return s
     out = dict(s)
+    if any(k in s for k in _IN_PLACE):
+        out["x-under"] = True  # NOTE: stricter than s: never read as s's whole language (disjoint)
     if "unevaluatedProperties" in out:
         u = out.pop("unevaluatedProperties")
         if "additionalProperties" not in out:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.schema_checks import (
-    ARRAY_KWS, NUMBER_KWS, OBJECT_KWS, STRING_KWS, implied_types, unsatisfiable,
+    ARRAY_KWS, NUMBER_KWS, OBJECT_KWS, STRING_KWS, UNDER, implied_types, possible_types, unsatisfiable,
 )
 from radixlm.grammar.schema_merge import ANNOTATIONS, merge, seal, types_of
 
@@ -149,7 +149,7 @@ def _distribute(a: Any, b: Any, disjoint: Callable[[Any, Any], bool], negate: Ca
     """``(True, narrowed a)`` when ``b`` or ``a`` has a combinator to distribute over (see the
     module docstring), else ``(False, None)``."""
     got = _split(b, prepare)
-    if got is not None:
+    if got is not None and got[0] != UNDER:  # NOTE: b's restricted branches do not cover b
         for part in got[1]:
             if a is False:
                 break
@@ -210,6 +210,11 @@ def separate(a: dict, b: Any, disjoint: Callable[[Any, Any], bool], negate: Call
     ``prepare(s)``: ``s`` with a top-level ``$ref`` resolved and ``allOf`` merged (None where it
     cannot be); without it, combinators are not distributed over."""
     check_budget("narrowing oneOf branches")
+    if isinstance(b, dict) and b.get("x-under"):
+        # NOTE: b restricted (schema_merge.seal) stands for less than it accepts: a keeps only
+        # the types b cannot have
+        kept = [t for t in _types(a) if t not in possible_types(b)]
+        return merge(a, {"type": kept}) if kept else False
     views: list[Any] = []
     narrowed_any = False
     for t in _types(a):

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import json
 
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_checks import UNDER
 from radixlm.grammar.schema_merge import ANNOTATIONS, guard, unevaluated
 
 DEPENDENCY_KEYWORDS = ("dependencies", "dependentRequired", "dependentSchemas")
@@ -58,7 +59,8 @@ def rewrite_conditionals(schema: dict, negatable: Callable[[Any], bool]) -> dict
         cond, then, other = out.pop("if"), out.pop("then", True), out.pop("else", True)
         u = out  # NOTE: a failed if's (and its then's) annotations do not count
         branches = [{"allOf": [cond, then]}]
-        if negatable(cond):
+        exact = negatable(cond)
+        if exact:
             branches.append({"allOf": [guard({"not": cond}, u), other]})
         elif other is True or other == {}:
             # NOTE: then alone holds with the condition or without it (beside unevaluated*, the
@@ -66,7 +68,7 @@ def rewrite_conditionals(schema: dict, negatable: Callable[[Any], bool]) -> dict
             branches = branches + [guard(then, u)] if unevaluated(out) else [then]
         else:
             branches.append({"allOf": [guard(then, u), guard(other, u)]})  # NOTE: both: valid whatever the condition
-        pending.append(("anyOf", branches))
+        pending.append(("anyOf" if exact else UNDER, branches))
     else:  # then / else without if have no effect
         out.pop("then", None)
         out.pop("else", None)

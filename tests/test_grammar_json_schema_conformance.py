@@ -136,6 +136,10 @@ CASES: list[tuple[str, Any, list, list]] = [
         "$schema": "https://json-schema.org/draft/2020-12/schema", "$ref": "http://example.com/t",
         "then": {"$id": "http://example.com/t", "type": "integer", "minimum": 3}},
      [3, 10], ["a", 2]),
+    ("oneOf beside a branch whose unevaluatedProperties sees an anyOf", {
+        "type": "object", "oneOf": [{"required": ["y"]},
+                                    {"anyOf": [{"properties": {"y": True}}], "unevaluatedProperties": False}]},
+     [{}], [{"y": 1}]),
     # $ref: up to draft 7 a sibling $id does not move the base URI
     ("draft-7 $id beside $ref", {
         "$schema": D7, "$id": "http://example.com/root/",
@@ -172,3 +176,24 @@ def test_ecma_control_escape() -> None:
     bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
     assert run_instance(compiled, tok, json.dumps("a\n\x03"), True, bitmask).accepted
     assert not run_instance(compiled, tok, json.dumps("acJcc"), False, bitmask).accepted
+
+
+def test_oneof_against_a_restricted_if_never_accepts_invalid() -> None:
+    """A oneOf branch ``if C then false`` whose ``not C`` has no positive form is converted as a
+    restriction (nothing): the other branches must not be read as disjoint from it (they were:
+    null and 5 satisfy both branches, and were accepted). Refusing the schema is sound too."""
+    import json
+
+    from radixlm.grammar.bitmask import allocate_token_bitmask
+    from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, load_tokenizer, run_instance
+
+    cond = {"type": "array", "contains": {"const": 1}, "maxContains": 1}
+    schema = {"oneOf": [{"type": ["null", "integer"]}, {"if": cond, "then": False}]}
+    comp, tok = load_compiler(DEFAULT_TOKENIZER), load_tokenizer(DEFAULT_TOKENIZER)
+    try:
+        compiled = comp.compile_json_schema(schema)
+    except GrammarError:
+        return
+    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
+    for value in (None, 5, [1]):
+        assert not run_instance(compiled, tok, json.dumps(value), False, bitmask).accepted, value
