@@ -175,6 +175,8 @@ class Run:
         q, states = self.queue, list(self.states.values())
         while not q.empty():
             st = states[q.get_nowait()]
+            if hasattr(st, "queued"):
+                st.queued = False  # what TokenizerManager.updates does when it takes an index
             if st.rid in self.streamed:
                 self.streamed[st.rid].append(self.event(st).split(', "e2e_latency"')[0])
         t6 = pc()

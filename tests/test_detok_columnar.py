@@ -131,6 +131,7 @@ def test_columnar_path_matches_per_request_path(tok, stream):
         for q, seen, states in ((old_q, old_seen, old_st), (new_q, new_seen, new_st)):
             while not q.empty():
                 st = list(states.values())[q.get_nowait()]
+                st.queued = False  # what TokenizerManager.updates does when it takes an index
                 seen[st.rid].append((st.text, st.finish_reason))
     assert plain_steps > len(batches)  # the columns carried most outputs
     for rid in rids:
@@ -179,3 +180,35 @@ def test_str_batch_round_trips():
     b.add_plain("b", "é", [3, 4], 5, 1, 6)
     got = decode(encode(b))
     assert got == b and got.plain_text == ["é"] and got.plain_new_ids == [[3, 4]]
+
+
+def test_lagging_stream_consumer_gets_one_wakeup_per_state_and_the_latest_state():
+    """Updates that arrive while a stream's consumer is behind do not queue more wake-ups: the
+    queue holds each state's index at most once, and the consumer reads the latest state."""
+    rids = ["a", "b", "c"]
+    tm, queue, states = _tm(rids, True)
+    got: list[tuple] = []
+
+    async def consume():
+        async for st in tm.updates(list(states.values()), queue):
+            got.append((st.rid, st.text, st.completion_tokens, st.finished))
+
+    async def main():
+        task = asyncio.ensure_future(consume())
+        await asyncio.sleep(0)  # the consumer waits on the queue
+        for step in range(5):  # five steps before it runs again
+            b = BatchStrOut([], SNAP)
+            for rid in rids:
+                b.add_plain(rid, f"{rid}{step} ", [step], 3, 0, step + 1)
+            tm._on_batch(decode(encode(b)))
+            assert queue.qsize() == len(rids)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert got == [(r, "".join(f"{r}{k} " for k in range(5)), 5, False) for r in rids]
+        tm._on_batch(BatchStrOut([StrOut(r, states[r].text + "end", [9], {"type": "length"}, 3, 0, 6)
+                                  for r in rids], SNAP))
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    assert got[3:] == [(r, "".join(f"{r}{k} " for k in range(5)) + "end", 6, True) for r in rids]
+    assert queue.empty() and not any(st.queued for st in states.values())

@@ -17,8 +17,8 @@ _escape = json.encoder.encode_basestring  # NOTE: the string encoder of ensure_a
 @dataclass(slots=True)
 class ReqState:
     """Accumulated output of one sample; ``queue`` (shared by a submission) gets its ``index``
-    after every update (only after the last one unless ``stream``: :meth:`TokenizerManager.wait_all`
-    clears it, since it reads nothing before the end)."""
+    after an update unless it is already there (``queued``), and only after the last update unless
+    ``stream`` (:meth:`TokenizerManager.wait_all` clears it, since it reads nothing before the end)."""
 
     rid: str
     index: int
@@ -42,6 +42,10 @@ class ReqState:
     last_token_t: float | None = None
     version: int = 0
     stream: bool = True
+    # NOTE: its index is in ``queue`` and not yet taken: later updates need no wake-up of their
+    # own (the consumer reads the latest state when it takes the index; one put per step per
+    # request was the HTTP process's largest cost at 2,048 streams)
+    queued: bool = False
     # NOTE: sse_chunk's incremental JSON: the text and ids encoded so far
     _sse_text: str = field(default="", init=False, repr=False)
     _sse_text_json: str = field(default="", init=False, repr=False)

@@ -149,7 +149,8 @@ class TokenizerManager:
                 st.text += text
             st.prompt_tokens, st.cached_tokens, st.completion_tokens = prompt, cached, done
             st.version += 1
-            if st.stream:
+            if st.stream and not st.queued:
+                st.queued = True
                 st.queue.put_nowait(st.index)
         if itl:
             observe_many(self.metrics.itl, itl)
@@ -193,7 +194,9 @@ class TokenizerManager:
                                         now - st.t0, out.finish_reason.get("type") == "abort")
         elif not st.stream:
             return
-        st.queue.put_nowait(st.index)
+        if not st.queued:
+            st.queued = True
+            st.queue.put_nowait(st.index)
 
     # ------------------------------------------------------------ requests
     def encode(self, text: str) -> list[int]:
@@ -318,6 +321,7 @@ class TokenizerManager:
                 if watch is not None:
                     watch.last = loop.time()
                 st = states[idx]
+                st.queued = False  # NOTE: read below, after this: a later update queues it again
                 if st.version == seen[idx]:
                     continue  # NOTE: several updates may be coalesced into one state read
                 seen[idx] = st.version
