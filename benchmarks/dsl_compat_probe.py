@@ -10,9 +10,9 @@ Optionally (``--sglang-programs PATH``) it also runs the ``test_*`` functions of
 shim that makes ``import sglang as sgl`` import radixlm.  Assertion failures there are reported as
 ``assert`` (mostly answer-quality checks that a 135M model fails), other exceptions as ``error``.
 
-Usage::
+Usage (``--http``: through ``RuntimeEndpoint`` to a ``radixlm serve`` child process instead)::
 
-    RADIXLM_CACHE=/tmp/rlcache .venv/bin/python benchmarks/dsl_compat_probe.py \
+    RADIXLM_CACHE=/tmp/rlcache .venv/bin/python benchmarks/dsl_compat_probe.py [--http] \
         [--only NAME ...] [--sglang-programs /tmp/sglang_ref/test_programs.py] [--json out.json]
 """
 
@@ -111,10 +111,17 @@ def main() -> None:
     ap.add_argument("--sglang-programs", default=None)
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--http", action="store_true",
+                    help="run on a `radixlm serve` child process through RuntimeEndpoint")
     args = ap.parse_args()
 
-    engine = sgl.Engine(device="cpu", max_total_tokens=16384)
-    be = sgl.EngineBackend(engine)
+    if args.http:
+        engine = sgl.Runtime(device="cpu", max_total_tokens=16384)
+        be = engine.endpoint
+        engine.tokenizer = engine.get_tokenizer()
+    else:
+        engine = sgl.Engine(device="cpu", max_total_tokens=16384)
+        be = sgl.EngineBackend(engine)
     jobs: dict[str, Callable[[], Any]] = {k: (lambda f=f: f(sgl, be)) for k, f in SHAPES.items()}
     if args.sglang_programs:
         sgl.set_default_backend(be)

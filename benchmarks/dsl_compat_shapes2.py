@@ -305,7 +305,10 @@ def shape_compile_and_nested_program_call(sgl, be):
 def shape_named_chat_template(sgl, be):
     from radixlm.lang.chat_template import get_chat_template
 
-    qwen = sgl.EngineBackend(be.engine, chat_template=get_chat_template("qwen"))
+    if hasattr(be, "engine"):
+        qwen = sgl.EngineBackend(be.engine, chat_template=get_chat_template("qwen"))
+    else:
+        qwen = sgl.RuntimeEndpoint(be.base_url, chat_template_name="qwen")
 
     @sgl.function
     def chat(s):
