@@ -1,7 +1,7 @@
 """Program shapes for ``dsl_compat_probe.py``: small ``@function`` programs in the styles SGLang
 frontend users write (few-shot, chat, select, fork/join, streaming, batch, constraints, logprobs).
 
-Each shape is ``def shape_x(sgl, be) -> str | None``: it runs its program on backend ``be`` through
+Each shape is ``def _shape_x(sgl, be) -> None``: it runs its program on backend ``be`` through
 the module ``sgl`` (radixlm imported as sgl) and raises ``Wrong`` when the program ran but gave a
 result that SGLang's frontend would not give (checked structurally, never on model quality).
 """
@@ -28,8 +28,8 @@ SHAPES: dict[str, Callable[[Any, Any], Any]] = {}
 
 
 def shape(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """Register ``fn`` under its name without the ``shape_`` prefix."""
-    SHAPES[fn.__name__.removeprefix("shape_")] = fn
+    """Register ``fn`` under its name without the ``_shape_`` prefix."""
+    SHAPES[fn.__name__.removeprefix("_shape_")] = fn
     return fn
 
 
@@ -37,7 +37,7 @@ FEW = "Q: What is 2+2?\nA: 4\nQ: What is 3+3?\nA: 6\n"
 
 
 @shape
-def shape_few_shot_stop(sgl, be):
+def _shape_few_shot_stop(sgl, be):
     @sgl.function
     def prog(s, q):
         s += FEW + "Q: " + q + "\nA:" + sgl.gen("a", stop="\n", max_tokens=16, temperature=0)
@@ -46,7 +46,7 @@ def shape_few_shot_stop(sgl, be):
 
 
 @shape
-def shape_run_batch_progress(sgl, be):
+def _shape_run_batch_progress(sgl, be):
     @sgl.function
     def prog(s, q):
         s += FEW + "Q: " + q + "\nA:" + sgl.gen("a", stop="\n", max_tokens=8)
@@ -57,7 +57,7 @@ def shape_run_batch_progress(sgl, be):
 
 
 @shape
-def shape_run_batch_tuples(sgl, be):
+def _shape_run_batch_tuples(sgl, be):
     @sgl.function
     def prog(s, q, suffix="\nA:"):
         s += "Q: " + q + suffix + sgl.gen("a", max_tokens=4)
@@ -66,7 +66,7 @@ def shape_run_batch_tuples(sgl, be):
 
 
 @shape
-def shape_chat_multi_turn(sgl, be):
+def _shape_chat_multi_turn(sgl, be):
     @sgl.function
     def prog(s, q1, q2):
         s += sgl.system("You are a helpful assistant.")
@@ -83,7 +83,7 @@ def shape_chat_multi_turn(sgl, be):
 
 
 @shape
-def shape_select_true_false(sgl, be):
+def _shape_select_true_false(sgl, be):
     @sgl.function
     def prog(s, statement):
         s += "Statement: The sky is green.\nAnswer: False\nStatement: " + statement + "\n"
@@ -96,7 +96,7 @@ def shape_select_true_false(sgl, be):
 
 
 @shape
-def shape_gen_choices_methods(sgl, be):
+def _shape_gen_choices_methods(sgl, be):
     @sgl.function
     def prog(s):
         s += "I need to use a "
@@ -112,7 +112,7 @@ def shape_gen_choices_methods(sgl, be):
 
 
 @shape
-def shape_decode_int(sgl, be):
+def _shape_decode_int(sgl, be):
     @sgl.function
     def prog(s):
         s += "The number of hours in a day is " + sgl.gen_int("hours") + "\n"
@@ -122,7 +122,7 @@ def shape_decode_int(sgl, be):
 
 
 @shape
-def shape_json_regex_var_scope(sgl, be):
+def _shape_json_regex_var_scope(sgl, be):
     from radixlm.lang.ir import REGEX_FLOAT, REGEX_INT, REGEX_STR
 
     @sgl.function
@@ -140,7 +140,7 @@ def shape_json_regex_var_scope(sgl, be):
 
 
 @shape
-def shape_json_dtype_gen(sgl, be):
+def _shape_json_dtype_gen(sgl, be):
     @sgl.function
     def prog(s):
         with s.var_scope("js"):
@@ -154,7 +154,7 @@ def shape_json_dtype_gen(sgl, be):
 
 
 @shape
-def shape_dtype_all(sgl, be):
+def _shape_dtype_all(sgl, be):
     @sgl.function
     def prog(s):
         s += "Q: Year?\nA: " + sgl.gen("i", dtype=int) + "\n"
@@ -167,7 +167,7 @@ def shape_dtype_all(sgl, be):
 
 
 @shape
-def shape_var_in_expression(sgl, be):
+def _shape_var_in_expression(sgl, be):
     @sgl.function
     def prog(s, question):
         s += "Question: " + question + "\n"
@@ -179,7 +179,7 @@ def shape_var_in_expression(sgl, be):
 
 
 @shape
-def shape_tool_use_call(sgl, be):
+def _shape_tool_use_call(sgl, be):
     @sgl.function
     def prog(s, lhs, rhs):
         s += "calculate(1*2)=2\nQuestion: product of " + str(lhs) + " and " + str(rhs) + "\n"
@@ -191,7 +191,7 @@ def shape_tool_use_call(sgl, be):
 
 
 @shape
-def shape_react_loop(sgl, be):
+def _shape_react_loop(sgl, be):
     @sgl.function
     def prog(s, question):
         s += "Question: " + question + "\n"
@@ -208,7 +208,7 @@ def shape_react_loop(sgl, be):
 
 
 @shape
-def shape_fork_join_gather(sgl, be):
+def _shape_fork_join_gather(sgl, be):
     @sgl.function
     def prog(s, topic):
         s += "Tips for " + topic + ":\n"
@@ -227,7 +227,7 @@ def shape_fork_join_gather(sgl, be):
 
 
 @shape
-def shape_fork_no_join(sgl, be):
+def _shape_fork_no_join(sgl, be):
     @sgl.function
     def prog(s):
         s += "Two tips: 1. Diet. 2. Exercise.\n"
@@ -241,7 +241,7 @@ def shape_fork_no_join(sgl, be):
 
 
 @shape
-def shape_fork_lambda_concat(sgl, be):
+def _shape_fork_lambda_concat(sgl, be):
     ctx = ["Ethan is the father of Liam.", "Noah is the father of Julian.", "Oliver is Carl's."]
 
     @sgl.function
@@ -257,7 +257,7 @@ def shape_fork_lambda_concat(sgl, be):
 
 
 @shape
-def shape_forks_iadd_expr_select(sgl, be):
+def _shape_forks_iadd_expr_select(sgl, be):
     @sgl.function
     def prog(s, question, n):
         s += "Question: " + question + "\n"
@@ -271,7 +271,7 @@ def shape_forks_iadd_expr_select(sgl, be):
 
 
 @shape
-def shape_tree_of_thought(sgl, be):
+def _shape_tree_of_thought(sgl, be):
     def step(s, prompt, var, n):
         s += sgl.user(prompt)
         forks = s.fork(n)
@@ -290,7 +290,7 @@ def shape_tree_of_thought(sgl, be):
 
 
 @shape
-def shape_cot_decoding_top_logprobs(sgl, be):
+def _shape_cot_decoding_top_logprobs(sgl, be):
     @sgl.function
     def prog(s, question, k):
         s += sgl.user("Question: " + question + "\nAnswer:")
@@ -311,7 +311,7 @@ def shape_cot_decoding_top_logprobs(sgl, be):
 
 
 @shape
-def shape_logprobs_meta(sgl, be):
+def _shape_logprobs_meta(sgl, be):
     @sgl.function
     def prog(s):
         s += "Hello" + sgl.gen("x", max_tokens=5, ignore_eos=True, return_logprob=True,
@@ -324,7 +324,7 @@ def shape_logprobs_meta(sgl, be):
 
 
 @shape
-def shape_min_tokens(sgl, be):
+def _shape_min_tokens(sgl, be):
     @sgl.function
     def prog(s):
         s += sgl.user("Say hi.")
@@ -334,7 +334,7 @@ def shape_min_tokens(sgl, be):
 
 
 @shape
-def shape_gen_n(sgl, be):
+def _shape_gen_n(sgl, be):
     @sgl.function
     def prog(s):
         s += "A random fruit:" + sgl.gen("f", n=3, max_tokens=4, temperature=1.0)
@@ -343,7 +343,7 @@ def shape_gen_n(sgl, be):
 
 
 @shape
-def shape_regex_ip(sgl, be):
+def _shape_regex_ip(sgl, be):
     rx = r"((25[0-5]|2[0-4]\d|[01]?\d\d?).){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)"
 
     @sgl.function
@@ -355,7 +355,7 @@ def shape_regex_ip(sgl, be):
 
 
 @shape
-def shape_json_schema_pydantic(sgl, be):
+def _shape_json_schema_pydantic(sgl, be):
     from pydantic import BaseModel
 
     class Wizard(BaseModel):

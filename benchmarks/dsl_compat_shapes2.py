@@ -17,7 +17,7 @@ def _qa(sgl):
 
 
 @shape
-def shape_stream_text_iter(sgl, be):
+def _shape_stream_text_iter(sgl, be):
     qa = _qa(sgl)
     st = qa(question="Name a fruit.", stream=True, backend=be, temperature=0)
     out = "".join(st.text_iter())
@@ -28,7 +28,7 @@ def shape_stream_text_iter(sgl, be):
 
 
 @shape
-def shape_stream_async(sgl, be):
+def _shape_stream_async(sgl, be):
     qa = _qa(sgl)
 
     async def go():
@@ -45,7 +45,7 @@ def shape_stream_async(sgl, be):
 
 
 @shape
-def shape_stream_select_fork(sgl, be):
+def _shape_stream_select_fork(sgl, be):
     @sgl.function
     def prog(s):
         s += "Pick:" + sgl.select("c", ["yes", "no"]) + "\n"
@@ -58,7 +58,7 @@ def shape_stream_select_fork(sgl, be):
 
 
 @shape
-def shape_text_iter_non_stream(sgl, be):
+def _shape_text_iter_non_stream(sgl, be):
     qa = _qa(sgl)
     st = qa.run(question="Hi", backend=be, temperature=0)
     check("".join(st.text_iter()) == st.text(), "non-stream text_iter")
@@ -66,7 +66,7 @@ def shape_text_iter_non_stream(sgl, be):
 
 
 @shape
-def shape_default_backend_helpers(sgl, be):
+def _shape_default_backend_helpers(sgl, be):
     sgl.set_default_backend(be)
     try:
         st = _qa(sgl).run(question="Hi", temperature=0)
@@ -78,7 +78,7 @@ def shape_default_backend_helpers(sgl, be):
 
 
 @shape
-def shape_trace_cache_bind(sgl, be):
+def _shape_trace_cache_bind(sgl, be):
     @sgl.function
     def prog(s, ctx, q):
         s += "Long instruction. " * 8 + ctx + "\nQ: " + q + "\nA:" + sgl.gen("a", max_tokens=4)
@@ -92,7 +92,7 @@ def shape_trace_cache_bind(sgl, be):
 
 
 @shape
-def shape_subfunction_and_copy(sgl, be):
+def _shape_subfunction_and_copy(sgl, be):
     @sgl.function
     def helper(s, topic):
         s += "Topic: " + topic + "\n" + sgl.gen("h", max_tokens=4)
@@ -109,7 +109,7 @@ def shape_subfunction_and_copy(sgl, be):
 
 
 @shape
-def shape_use_thread_false_and_generator(sgl, be):
+def _shape_use_thread_false_and_generator(sgl, be):
     @sgl.function
     def prog(s, q):
         s += "Q: " + q + "\nA:" + sgl.gen("a", max_tokens=4)
@@ -122,7 +122,7 @@ def shape_use_thread_false_and_generator(sgl, be):
 
 
 @shape
-def shape_state_api(sgl, be):
+def _shape_state_api(sgl, be):
     qa = _qa(sgl)
     st = qa.run(question="Hi", backend=be, temperature=0)
     check("answer" in st and "nope" not in st, "__contains__")
@@ -137,7 +137,7 @@ def shape_state_api(sgl, be):
 
 
 @shape
-def shape_body_error(sgl, be):
+def _shape_body_error(sgl, be):
     @sgl.function
     def prog(s):
         s += "x" + sgl.gen("a", max_tokens=2)
@@ -147,7 +147,7 @@ def shape_body_error(sgl, be):
 
 
 @shape
-def shape_role_begin_end(sgl, be):
+def _shape_role_begin_end(sgl, be):
     @sgl.function
     def prog(s):
         s += sgl.system_begin() + "Be brief." + sgl.system_end()
@@ -160,7 +160,7 @@ def shape_role_begin_end(sgl, be):
 
 
 @shape
-def shape_sampling_kwargs(sgl, be):
+def _shape_sampling_kwargs(sgl, be):
     @sgl.function
     def prog(s):
         s += "Once upon a time" + sgl.gen("a", max_tokens=6, top_p=0.9, top_k=20, min_p=0.05,
@@ -173,7 +173,7 @@ def shape_sampling_kwargs(sgl, be):
 
 
 @shape
-def shape_separate_reasoning(sgl, be):
+def _shape_separate_reasoning(sgl, be):
     @sgl.function
     def prog(s):
         s += sgl.user("Hi")
@@ -183,7 +183,7 @@ def shape_separate_reasoning(sgl, be):
 
 
 @shape
-def shape_errors_are_clear(sgl, be):
+def _shape_errors_are_clear(sgl, be):
     for build, exc in ((lambda: sgl.gen("x", regex="(unclosed"), Exception),
                        (lambda: sgl.select("x", []), Exception)):
         try:
@@ -201,7 +201,7 @@ def shape_errors_are_clear(sgl, be):
 
 
 @shape
-def shape_message_content_strip(sgl, be):
+def _shape_message_content_strip(sgl, be):
     @sgl.function
     def prog(s):
         s += sgl.user("  padded question")
@@ -212,7 +212,7 @@ def shape_message_content_strip(sgl, be):
 
 
 @shape
-def shape_run_batch_select_args(sgl, be):
+def _shape_run_batch_select_args(sgl, be):
     @sgl.function
     def prog(s, question, choices):
         s += "Context: a man walks a dog. " + question
@@ -224,7 +224,7 @@ def shape_run_batch_select_args(sgl, be):
 
 
 @shape
-def shape_run_option_hint(sgl, be):
+def _shape_run_option_hint(sgl, be):
     @sgl.function
     def prog(s, question):
         s += question + sgl.gen("a", max_tokens=2)
@@ -237,7 +237,7 @@ def shape_run_option_hint(sgl, be):
 
 
 @shape
-def shape_dtype_with_regex_and_empty_choices(sgl, be):
+def _shape_dtype_with_regex_and_empty_choices(sgl, be):
     import warnings
 
     @sgl.function
@@ -252,7 +252,7 @@ def shape_dtype_with_regex_and_empty_choices(sgl, be):
 
 
 @shape
-def shape_rejected_request_is_an_error(sgl, be):
+def _shape_rejected_request_is_an_error(sgl, be):
     @sgl.function
     def prog(s):
         s += "x" + sgl.gen("a", max_tokens=3, json_schema={"type": "nonsense"})
@@ -261,7 +261,7 @@ def shape_rejected_request_is_an_error(sgl, be):
 
 
 @shape
-def shape_fork_concat_inside_open_role(sgl, be):
+def _shape_fork_concat_inside_open_role(sgl, be):
     docs = ["Doc A: the sky is blue.\n", "Doc B: grass is green.\n"]
 
     @sgl.function
@@ -280,7 +280,7 @@ def shape_fork_concat_inside_open_role(sgl, be):
 
 
 @shape
-def shape_compile_and_nested_program_call(sgl, be):
+def _shape_compile_and_nested_program_call(sgl, be):
     @sgl.function
     def expand(s, tip):
         s += "Expand this tip: " + tip + "\n" + sgl.gen("detailed_tip", max_tokens=6)
@@ -302,7 +302,7 @@ def shape_compile_and_nested_program_call(sgl, be):
 
 
 @shape
-def shape_named_chat_template(sgl, be):
+def _shape_named_chat_template(sgl, be):
     from radixlm.lang.chat_template import get_chat_template
 
     if hasattr(be, "engine"):
@@ -321,7 +321,7 @@ def shape_named_chat_template(sgl, be):
 
 
 @shape
-def shape_numpy_params_and_text_iter_var(sgl, be):
+def _shape_numpy_params_and_text_iter_var(sgl, be):
     import numpy as np
 
     @sgl.function
