@@ -133,8 +133,8 @@ class Engine:
             req = payload
             try:
                 self.scheduler.add_request(req)
-            except Exception as e:
-                req.finish_reason = {"type": "abort", "message": str(e)}
+            except Exception as e:  # NOTE: as the server's scheduler process: a 400 for the caller
+                req.finish_reason = {"type": "abort", "message": f"{type(e).__name__}: {e}", "status_code": 400}
                 finished.append(req)
         elif kind == "abort":
             req = self.scheduler.abort(payload)

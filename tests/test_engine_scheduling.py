@@ -269,3 +269,17 @@ def test_mixed_budget_shrinks_for_a_light_decode_batch(tiny_llama, monkeypatch):
     assert default.args.mixed_chunk_policy == "fixed" and default._mixed_budget() == default.mixed_chunk_size  # auto on CPU
     with pytest.raises(ValueError, match="mixed_chunk_policy"):
         make_scheduler(tiny_llama, mixed_chunk_policy="adaptive")
+
+
+def test_engine_rejection_carries_a_400_status(tiny_llama):
+    """A request the scheduler refuses at admission (prompt bigger than the KV pool) finishes as
+    an abort with ``status_code`` 400 in-process too, as the server answers it (clients such as
+    the DSL interpreter fail the program on it instead of reading an empty output)."""
+    from radixlm.runtime.engine import Engine
+
+    with Engine(tiny_llama, device="cpu", max_total_tokens=64) as e:
+        out = e.generate(input_ids=list(range(5, 105)), sampling_params={"max_new_tokens": 2})
+        reason = out["meta_info"]["finish_reason"]
+        assert reason["type"] == "abort" and reason["status_code"] == 400 and "KV" in reason["message"], reason
+        ok = e.generate(input_ids=[5, 6, 7], sampling_params={"max_new_tokens": 2, "temperature": 0})
+        assert ok["meta_info"]["finish_reason"]["type"] == "length"  # the engine keeps serving
