@@ -1,7 +1,9 @@
 """Grammar backends behind one matcher interface: radixlm's own engine, xgrammar, llguidance.
 
 ``make_backend(name, tokenizer, vocab_size)`` returns a :class:`Backend` with ``compile(kind,
-source)`` (kind: ``"regex"``, ``"json_schema"``, ``"ebnf"``) and ``matcher(compiled)``; every
+source)`` (kind: ``"regex"``, ``"json_schema"``, ``"ebnf"``) and ``matcher(compiled)``; ``compile(..., disable_additional_properties=True)`` closes objects that
+declare properties (see :meth:`GrammarCompiler.compile_json_schema`; xgrammar's ``strict_mode``,
+a schema rewrite for llguidance); every
 matcher offers ``fill_next_token_bitmask(bitmask, index)``, ``accept_token``, ``is_terminated``,
 ``rollback``, ``find_jump_forward_string``, ``reset``. ``fill_batch(matchers, bitmask)`` fills a
 whole batch (radixlm: one gather per grammar from its mask table; peers: one call per matcher into a
@@ -14,6 +16,7 @@ xgrammar. The peers are optional extras: ``pip install 'radixlm[xgrammar]'`` /
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -32,8 +35,9 @@ class Backend(ABC):
     words: int  # int32 words per bitmask row
 
     @abstractmethod
-    def compile(self, kind: str, source: str) -> Any:
-        """Compile ``source`` of ``kind`` (regex / json_schema / ebnf); raises ``GrammarError``."""
+    def compile(self, kind: str, source: str, *, disable_additional_properties: bool = False) -> Any:
+        """Compile ``source`` of ``kind`` (regex / json_schema / ebnf); raises ``GrammarError``.
+        ``disable_additional_properties`` applies to json_schema only."""
 
     @abstractmethod
     def matcher(self, compiled: Any) -> Any:
@@ -57,12 +61,12 @@ class RadixBackend(Backend):
         self.compiler = GrammarCompiler(tokenizer, vocab_size=vocab_size)
         self.words = self.compiler.tokenizer_info.mask_words
 
-    def compile(self, kind: str, source: str) -> Any:
+    def compile(self, kind: str, source: str, *, disable_additional_properties: bool = False) -> Any:
         c = self.compiler
         if kind == "regex":
             return c.compile_regex(source)
         if kind == "json_schema":
-            return c.compile_json_schema(source)
+            return c.compile_json_schema(source, disable_additional_properties=disable_additional_properties)
         if kind == "ebnf":
             return c.compile_ebnf(source)
         raise ValueError(f"unknown grammar kind {kind!r}")
@@ -91,12 +95,13 @@ class XGrammarBackend(Backend):
         self.compiler = xgr.GrammarCompiler(info, max_threads=2)
         self.words = (info.vocab_size + 31) // 32
 
-    def compile(self, kind: str, source: str) -> Any:
+    def compile(self, kind: str, source: str, *, disable_additional_properties: bool = False) -> Any:
         try:
             if kind == "regex":
                 return self.compiler.compile_regex(source)
             if kind == "json_schema":
-                return self.compiler.compile_json_schema(source)
+                # NOTE: xgrammar's strict_mode also closes objects without properties and arrays
+                return self.compiler.compile_json_schema(source, strict_mode=disable_additional_properties)
             if kind == "ebnf":
                 return self.compiler.compile_grammar(source)
         except (RuntimeError, ValueError) as e:
@@ -105,6 +110,39 @@ class XGrammarBackend(Backend):
 
     def matcher(self, compiled: Any) -> Any:
         return self.xgr.GrammarMatcher(compiled)
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_DATA = ("enum", "const", "default", "examples")
+
+
+def close_objects(schema: str) -> str:
+    """``schema`` (JSON text) with ``"additionalProperties": false`` added to every sub-schema that
+    declares ``properties`` / ``patternProperties`` and neither ``additionalProperties`` nor
+    ``unevaluatedProperties`` (vLLM's rewrite for llguidance). Sub-schemas merged by ``allOf``
+    (the holder and its branches) and holders of a ``$ref`` are left open: closing one would forbid
+    the others' keys."""
+
+    def walk(node: Any, merged: bool = False) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for k, v in node.items():
+            if k in _SCHEMA_MAPS and isinstance(v, dict):
+                out[k] = {name: walk(x) for name, x in v.items()}
+            elif k in _DATA:
+                out[k] = v
+            else:
+                out[k] = [walk(x, True) for x in v] if k == "allOf" and isinstance(v, list) else walk(v)
+        if ("properties" in node or "patternProperties" in node) and not merged and "allOf" not in node \
+                and "$ref" not in node \
+                and "additionalProperties" not in node and "unevaluatedProperties" not in node:
+            out["additionalProperties"] = False
+        return out
+
+    return json.dumps(walk(json.loads(schema), False))
 
 
 class LLGuidanceMatcher:
@@ -151,12 +189,12 @@ class LLGuidanceBackend(Backend):
         self.tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
         self.words = (self.tok.vocab_size + 31) // 32
 
-    def compile(self, kind: str, source: str) -> Any:
+    def compile(self, kind: str, source: str, *, disable_additional_properties: bool = False) -> Any:
         M = self.ll.LLMatcher
         if kind == "regex":
             grammar = M.grammar_from_regex(source)
         elif kind == "json_schema":
-            grammar = M.grammar_from_json_schema(source)
+            grammar = M.grammar_from_json_schema(close_objects(source) if disable_additional_properties else source)
         elif kind == "ebnf":
             grammar = M.grammar_from_lark(source)
         else:

@@ -121,17 +121,24 @@ class GrammarCompiler:
         key = ("choices", tuple(choices))
         return self._cached(key, lambda: self._dfa_grammar("choices", json.dumps(choices), alt(*(lit(c) for c in choices))))
 
-    def compile_json_schema(self, schema: str | dict, *, any_whitespace: bool = False) -> CompiledGrammar:
+    def compile_json_schema(self, schema: str | dict, *, any_whitespace: bool = False,
+                            disable_additional_properties: bool = False) -> CompiledGrammar:
         """JSON conforming to ``schema`` (see :mod:`radixlm.grammar.json_schema` for the rules).
 
         Args:
             schema: JSON text or a dict.
             any_whitespace: allow any JSON whitespace (bounded) between tokens instead of the
                 ``json.dumps`` separators only.
+            disable_additional_properties: objects that declare properties take no undeclared
+                keys unless the schema allows them (``additionalProperties`` /
+                ``unevaluatedProperties`` given); vLLM's option of this name, xgrammar's
+                ``strict_mode``, what OpenAI's ``strict: true`` requires. Default: JSON Schema's
+                semantics (undeclared keys allowed where the schema is silent).
         Raises:
             GrammarError: invalid schema or an unsupported keyword (named in the message).
         """
         text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False)
+        closed = bool(disable_additional_properties)
 
         def build() -> CompiledGrammar:
             try:
@@ -168,14 +175,14 @@ class GrammarCompiler:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
                 try:
                     with budget_share(DFA_SHARE):
-                        node, rules = json_schema_to_ast(schema, any_whitespace)
+                        node, rules = json_schema_to_ast(schema, any_whitespace, closed=closed)
                         dfa = None if rules else dfa_from_ast(node, memo=False)
                 except GrammarError as e:
                     if not str(e).startswith(TOO_LARGE):
                         raise
                     # NOTE: one automaton for the whole schema is too large (copies of undeclared
                     # values, orders): the grammar keeps each piece apart (the Earley engine)
-                    node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True)
+                    node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True, closed=closed)
                     dfa = None
                 if dfa is not None:
                     if dfa.start == 0:
@@ -187,7 +194,7 @@ class GrammarCompiler:
                 engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
                 return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
 
-        return self._cached(("json_schema", text, any_whitespace), build_deep)
+        return self._cached(("json_schema", text, any_whitespace, closed), build_deep)
 
     def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
         """A grammar in GBNF (rules ``name ::= ...``, SGLang's syntax) or lark syntax; ``root``

@@ -137,10 +137,10 @@ class ContainerMixin(ExtrasMixin):
         props = dict(s.get("properties", {}))
         required = list(dict.fromkeys(s.get("required", [])))
         explicit = "additionalProperties" in s or "unevaluatedProperties" in s
-        # NOTE: strict by default (no extra keys) only where properties are declared; a free-form
-        # object ({"type": "object"}) keeps the JSON Schema default.
+        # NOTE: undeclared keys where the schema is silent are JSON Schema's default (IMPLICIT:
+        # bounded values); none in a closed conversion where properties are declared
         pats = dict(s.get("patternProperties", {}))
-        implicit = (IMPLICIT if IMPLICIT_EXTRAS else False) if props or pats else True
+        implicit = (IMPLICIT if IMPLICIT_EXTRAS and not self.closed else False) if props or pats else True
         addl = s.get("additionalProperties", s.get("unevaluatedProperties", implicit))
         names = s.get("propertyNames")
         names = None if names is True or names == {} else names  # NOTE: every name allowed

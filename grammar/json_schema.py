@@ -13,7 +13,7 @@ Output conventions (what a constrained model may write):
   each at most once, every required one present. Undeclared properties follow the declared ones:
   allowed when ``additionalProperties`` is absent (JSON Schema semantics; in a single-DFA schema
   values nested at most ``EXTRA_DEPTH_ROOT`` (3) levels in the outermost object, ``EXTRA_DEPTH``
-  (1) in inner ones; ``RADIXLM_JSON_EXTRAS=0``: none, the "strict" mode of constrained decoding),
+  (1) in inner ones; none with ``closed`` per compile or ``RADIXLM_JSON_EXTRAS=0`` globally),
   ``true`` or a schema; their keys are written as ``json.dumps`` does, so a declared key never
   comes back under another spelling (:mod:`.json_containers`).
 - ``not``: rewritten into positive keywords where an exact form exists
@@ -85,9 +85,10 @@ BOUND_CLAMP = 10**40  # number bounds beyond +-10^40 are clamped to it (a sound 
 class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
     """One conversion; see :func:`json_schema_to_ast`."""
 
-    def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool) -> None:
+    def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool, closed: bool = False) -> None:
         self.root = root
         self.grammar_mode = grammar_mode
+        self.closed = closed  # NOTE: no undeclared keys where the schema is silent (json_schema_to_ast)
         if any_whitespace:
             ws = rep(chars((9, 10), (13, 13), (32, 32)), 0, MAX_WS)
             self.comma, self.colon, self.inner = cat(ws, char(","), ws), cat(ws, char(":"), ws), ws
@@ -353,13 +354,15 @@ def parse_schema(schema: str | dict | bool) -> Any:
 
 
 def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
-                       grammar: bool = False) -> tuple[Node, dict[str, Node]]:
+                       grammar: bool = False, closed: bool = False) -> tuple[Node, dict[str, Node]]:
     """Convert a JSON Schema (within the current compile budget, see
     :mod:`radixlm.grammar.budget`).
 
     Args:
         grammar: convert as a grammar even when the schema is not recursive (a schema whose single
             automaton is too large: undeclared values are then any JSON value).
+        closed: objects that declare (pattern) properties and are silent on additional /
+            unevaluated ones take no undeclared keys (xgrammar's ``strict_mode``); a sound subset.
     Returns:
         ``(root, rules)``: ``rules`` is empty for a non-recursive schema (``root`` is then a plain
         regex AST); otherwise ``root`` and the rules contain ``("ref", name)`` nodes.
@@ -369,7 +372,7 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
     """
     with compile_budget():
         try:
-            return _convert(parse_schema(schema), any_whitespace, grammar)
+            return _convert(parse_schema(schema), any_whitespace, grammar, closed)
         except GrammarError:
             raise
         except RecursionError:
@@ -378,18 +381,18 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
             raise GrammarError(f"invalid or unsupported schema ({type(e).__name__}: {e})") from None
 
 
-def _convert(root: Any, any_whitespace: bool, grammar: bool) -> tuple[Node, dict[str, Node]]:
+def _convert(root: Any, any_whitespace: bool, grammar: bool, closed: bool) -> tuple[Node, dict[str, Node]]:
     root = canonical_refs(apply_dialect(root))
     try:
         if grammar:
             raise _Recursive(large=True)
-        conv = SchemaConverter(root, any_whitespace, grammar_mode=False)
+        conv = SchemaConverter(root, any_whitespace, grammar_mode=False, closed=closed)
         node = conv.node(root)
         if conv.walk.size(node) > MAX_REGEX_SIZE:
             raise _Recursive(large=True)
         return node, {}
     except _Recursive as e:
-        conv = SchemaConverter(root, any_whitespace, grammar_mode=True)
+        conv = SchemaConverter(root, any_whitespace, grammar_mode=True, closed=closed)
         conv.split_leaves = e.large
         node = conv.node(root)
         if not conv.rules:  # NOTE: the Earley engine needs a rule: the root value as one

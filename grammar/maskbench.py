@@ -68,17 +68,19 @@ def table_vocabularies() -> list[str]:
     return [n for n in (DEFAULT_TOKENIZER, "llama-spm") if tokenizer_available(n)]
 
 
-def table_failures(compiler: GrammarCompiler, tokenizer: Any, cases: list[tuple], each: Any = None) -> list[tuple]:
+def table_failures(compiler: GrammarCompiler, tokenizer: Any, cases: list[tuple], each: Any = None,
+                   **options: Any) -> list[tuple]:
     """Walk every instance of an accept/reject table token by token (:func:`run_instance`).
 
     ``cases``: ``(name, schema, valid values, invalid values)``; ``each(compiled, text)``: an extra
-    check per instance (e.g. no dead end). Returns ``(name, value, expected)`` for each instance
+    check per instance (e.g. no dead end); ``options``: keyword arguments of
+    :meth:`GrammarCompiler.compile_json_schema`. Returns ``(name, value, expected)`` for each instance
     accepted or refused against expectation; raises ``AssertionError`` when a step's bitmask and
     the matcher disagree."""
     bitmask = allocate_token_bitmask(1, compiler.tokenizer_info.vocab_size)
     failures = []
     for name, schema, valid, invalid in cases:
-        compiled = compiler.compile_json_schema(schema)
+        compiled = compiler.compile_json_schema(schema, **options)
         for value, want in [(v, True) for v in valid] + [(v, False) for v in invalid]:
             res = run_instance(compiled, tokenizer, json.dumps(value), want, bitmask)
             assert res.mismatch is None, (name, value, res.mismatch)

@@ -29,6 +29,7 @@ from radixlm.runtime.batch import ScheduleBatch
 from radixlm.runtime.deadline import DeadlineExceeded, submit_with_deadline
 from radixlm.runtime.memory import to_device
 from radixlm.runtime.request import Req
+from radixlm.runtime.sampling_params import GrammarSpec
 
 logger = logging.getLogger(__name__)
 # Share of wall time a compile may run (GIL fairness): while the model ran in the last second, and idle.
@@ -60,7 +61,7 @@ class GrammarBackend:
         self._lock = threading.Lock()
         self.model_ran_at = 0.0  # time.monotonic() of the last forward pass (set by the scheduler)
         self._compiler = None
-        self._cache: dict[tuple[str, str], Future] = {}
+        self._cache: dict[GrammarSpec, Future] = {}
         self.compile_seconds: list[float] = []  # compile durations, for metrics
         self.mask_seconds = 0.0  # host time in mask_logits so far (traced per turn, RADIXLM_TRACE_DIR)
 
@@ -72,9 +73,9 @@ class GrammarBackend:
             self._compiler = make_backend(self.backend_name, self.tokenizer, self.vocab_size)
         return self._compiler
 
-    def _compile(self, kind: str, source: str):
+    def _compile(self, kind: str, source: str, closed: bool):
         t0 = time.perf_counter()
-        out = self._get_compiler().compile(kind, source)
+        out = self._get_compiler().compile(kind, source, disable_additional_properties=closed)
         self.compile_seconds.append(time.perf_counter() - t0)
         return out
 
@@ -91,7 +92,7 @@ class GrammarBackend:
             fut = self._cache[spec] = Future()
             with self._lock:
                 self._seq += 1
-                heapq.heappush(self._queued, (len(spec[1]), self._seq, spec, fut))
+                heapq.heappush(self._queued, (len(spec.source), self._seq, spec, fut))
             self._pump()
         req.grammar_future = fut
 

@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictInt, TypeAdapter, ValidationError
 
@@ -164,7 +164,10 @@ class SamplingParams:
     (OpenAI's ``logit_bias``; -100 in effect bans a token, +100 all but forces it); token ids must
     be below the vocabulary size (checked where the model is known: the tokenizer manager).
     ``regex``/``json_schema``/``ebnf`` constrain decoding (at most one; a ``json_schema`` dict is
-    stored as its JSON text).
+    stored as its JSON text). ``disable_additional_properties`` (vLLM's name; set by OpenAI's
+    ``strict: true``): objects of the ``json_schema`` that declare properties take no undeclared
+    keys unless the schema allows them (default: JSON Schema's semantics, undeclared keys allowed
+    where the schema is silent).
 
     Constructing directly checks only the cross-field rules (``__post_init__``); untrusted input
     goes through :meth:`from_dict` or the HTTP models, which also check every field's type and
@@ -191,6 +194,7 @@ class SamplingParams:
     regex: Regex = None
     json_schema: JsonSchema = None
     ebnf: Ebnf = None
+    disable_additional_properties: StrictBool = False
     seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
     logit_bias: LogitBias = None
 
@@ -245,12 +249,22 @@ class SamplingParams:
         return self.temperature < GREEDY_EPS
 
     @property
-    def grammar(self) -> tuple[str, str] | None:
-        """``(kind, source)`` of the constraint, or ``None``."""
+    def grammar(self) -> GrammarSpec | None:
+        """The constraint (its compile cache key), or ``None``."""
         for kind in ("regex", "json_schema", "ebnf"):
             if getattr(self, kind) is not None:
-                return kind, getattr(self, kind)
+                closed = kind == "json_schema" and self.disable_additional_properties
+                return GrammarSpec(kind, getattr(self, kind), closed)
         return None
+
+
+class GrammarSpec(NamedTuple):
+    """What to compile: ``kind`` (``"regex"`` / ``"json_schema"`` / ``"ebnf"``), its ``source``
+    text, and for json_schema ``disable_additional_properties`` (see :class:`SamplingParams`)."""
+
+    kind: str
+    source: str
+    disable_additional_properties: bool = False
 
 
 _cache: dict[str, Any] = {}

@@ -15,7 +15,8 @@ import radixlm
 from radixlm.runtime.sampling_params import SamplingParams
 
 ROOT = pathlib.Path(radixlm.__file__).parent
-GRAMMAR_FIELDS = {"regex", "json_schema", "ebnf"}  # read via SamplingParams.grammar
+GRAMMAR_FIELDS = {"regex", "json_schema", "ebnf"}  # exclusive; read via SamplingParams.grammar
+VIA_GRAMMAR = GRAMMAR_FIELDS | {"disable_additional_properties"}  # also read there
 FIELDS = [f.name for f in dataclasses.fields(SamplingParams)]
 # A valid non-default value of every field (the constraint fields are exclusive: one at a time).
 NON_DEFAULT = {
@@ -24,7 +25,7 @@ NON_DEFAULT = {
     "frequency_penalty": 0.25, "presence_penalty": -0.5, "repetition_penalty": 1.5, "ignore_eos": True,
     "skip_special_tokens": False, "spaces_between_special_tokens": False, "regex": "[a-z]+",
     "json_schema": '{"type": "object"}', "ebnf": 'root ::= "a"', "seed": 11,
-    "logit_bias": {5: -100.0, 7: 2.5},
+    "logit_bias": {5: -100.0, 7: 2.5}, "disable_additional_properties": True,
 }
 CASES = [{k: v for k, v in NON_DEFAULT.items() if k not in GRAMMAR_FIELDS - {g}} for g in sorted(GRAMMAR_FIELDS)]
 
@@ -46,11 +47,11 @@ def test_every_sampling_field_is_read_by_the_runtime():
     runtime = [p for p in (ROOT / "runtime").rglob("*.py") if p.name != "sampling_params.py"
                and "server" not in p.parts]
     reads = _attribute_reads(runtime)
-    unread = sorted(f for f in set(FIELDS) - GRAMMAR_FIELDS if f not in reads)
+    unread = sorted(f for f in set(FIELDS) - VIA_GRAMMAR if f not in reads)
     assert not unread, f"sampling parameters accepted but never read by the runtime: {unread}"
     assert "grammar" in reads  # the constraint fields' reader
     source = (ROOT / "runtime" / "sampling_params.py").read_text()
-    assert all(f"self.{f}" in source for f in GRAMMAR_FIELDS)
+    assert all(f"self.{f}" in source for f in VIA_GRAMMAR)
 
 
 def test_non_default_table_covers_every_field():

@@ -21,14 +21,17 @@ from radixlm.runtime.server.protocol import (
 from radixlm.runtime.server.tokenizer_manager import GenSpec, ReqState, RequestError, TokenizerManager
 
 
-def _sampling(body: _SamplingExtras, max_new: int, json_schema: str | None) -> SamplingParams:
+def _sampling(body: _SamplingExtras, max_new: int, json_schema: str | None, strict: bool = False) -> SamplingParams:
     """The request's :class:`SamplingParams`: every field of it the body carries (generated from
     it, so none is left behind), ``min_tokens`` as ``min_new_tokens``, and the resolved
-    ``max_new_tokens`` and response-format / tool schema. Raises RequestError (400)."""
+    ``max_new_tokens`` and response-format / tool schema (``strict``: OpenAI's ``strict: true``,
+    which sets ``disable_additional_properties``). Raises RequestError (400)."""
     values = {k: getattr(body, k) for k in SAMPLING_FIELD_NAMES if k in type(body).model_fields}
     values.update(min_new_tokens=body.min_tokens, max_new_tokens=max_new)
     if json_schema is not None:
         values["json_schema"] = json_schema
+    if strict:
+        values["disable_additional_properties"] = True
     try:
         return to_sampling_params(values)
     except ValueError as e:
@@ -113,7 +116,7 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
         prompts = [next(encoded) if isinstance(x, str) else list(x) for x in p]
         texts = [x if isinstance(x, str) else await tm.run_off_loop(tm.tokenizer.decode, x) for x in p]
         sp = _sampling(body, 16 if body.max_tokens is None else body.max_tokens,
-                       response_format_schema(body.response_format))
+                       *response_format_schema(body.response_format))
         lp = body.logprobs is not None
         specs = [GenSpec(ids, sp, lp, 0 if (lp and body.echo) else -1, body.logprobs or 0, True,
                          f"{body.rid}-{i}" if body.rid and len(prompts) > 1 else body.rid)
@@ -170,15 +173,15 @@ def add_openai_routes(app: FastAPI, tm: TokenizerManager) -> None:
     async def chat_completions(request: Request):
         body = await parse_body(request, ChatCompletionRequest)
         ids = await _chat_prompt(tm, body)
-        schema, forced = tool_constraint(body.tools, body.tool_choice)
+        schema, forced, strict = tool_constraint(body.tools, body.tool_choice)
         constrained = schema is not None
         if schema is None:
-            schema = response_format_schema(body.response_format)
+            schema, strict = response_format_schema(body.response_format)
         max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         if max_new is None:
             max_new = max(tm.context_len - len(ids) - 1, 1)
         top = body.top_logprobs or 0
-        spec = GenSpec(ids, _sampling(body, max_new, schema), body.logprobs, -1, top, True, body.rid)
+        spec = GenSpec(ids, _sampling(body, max_new, schema, strict), body.logprobs, -1, top, True, body.rid)
         states, queue = await tm.submit([spec])
         cid, created, n = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.n
         tools = body.tools if body.tool_choice != "none" else None

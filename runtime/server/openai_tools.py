@@ -20,16 +20,17 @@ _EMPTY_PARAMS = {"type": "object", "properties": {}}
 _TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 
 
-def response_format_schema(fmt: ResponseFormat | None) -> str | None:
-    """The ``json_schema`` sampling param for a ``response_format`` (``None`` for text)."""
+def response_format_schema(fmt: ResponseFormat | None) -> tuple[str | None, bool]:
+    """``(json_schema, strict)`` for a ``response_format``: the ``json_schema`` sampling param
+    (``None`` for text) and whether ``json_schema.strict`` is true (no undeclared keys)."""
     if fmt is None or fmt.type == "text":
-        return None
+        return None, False
     if fmt.type == "json_object":
-        return json.dumps({"type": "object"})
+        return json.dumps({"type": "object"}), False
     if fmt.json_schema is None:
         raise RequestError("response_format.json_schema is required for type json_schema",
                            param="response_format.json_schema")
-    return json.dumps(fmt.json_schema.schema_ or {"type": "object"})
+    return json.dumps(fmt.json_schema.schema_ or {"type": "object"}), fmt.json_schema.strict is True
 
 
 def _call_schema(tool: Tool) -> dict[str, Any]:
@@ -42,18 +43,22 @@ def _call_schema(tool: Tool) -> dict[str, Any]:
     }
 
 
-def tool_constraint(tools: list[Tool] | None, choice) -> tuple[str | None, str | None]:
-    """``(json_schema, forced_function_name)`` for the request's tools and tool_choice.
-    ``json_schema`` is ``None`` when decoding is unconstrained (no tools, ``none``, ``auto``)."""
+def tool_constraint(tools: list[Tool] | None, choice) -> tuple[str | None, str | None, bool]:
+    """``(json_schema, forced_function_name, strict)`` for the request's tools and tool_choice.
+    ``json_schema`` is ``None`` when decoding is unconstrained (no tools, ``none``, ``auto``);
+    ``strict``: a function that may be called has ``strict: true`` (no undeclared keys; closing a
+    non-strict function's objects too only narrows it to outputs its schema still accepts)."""
     if not tools or choice in (None, "none", "auto"):
-        return None, None
+        return None, None, False
     if isinstance(choice, ToolChoiceFunction):
         match = [t for t in tools if t.function.name == choice.function.name]
         if not match:
             raise RequestError(f"tool_choice names unknown function {choice.function.name!r}", param="tool_choice")
-        return json.dumps(match[0].function.parameters or _EMPTY_PARAMS), choice.function.name
+        fn = match[0].function
+        return json.dumps(fn.parameters or _EMPTY_PARAMS), fn.name, fn.strict is True
     schemas = [_call_schema(t) for t in tools]
-    return json.dumps(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}), None
+    strict = any(t.function.strict is True for t in tools)
+    return json.dumps(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}), None, strict
 
 
 def _call(name: str, arguments: Any) -> dict[str, Any]:
