@@ -164,10 +164,12 @@ class SamplingParams:
     (OpenAI's ``logit_bias``; -100 in effect bans a token, +100 all but forces it); token ids must
     be below the vocabulary size (checked where the model is known: the tokenizer manager).
     ``regex``/``json_schema``/``ebnf`` constrain decoding (at most one; a ``json_schema`` dict is
-    stored as its JSON text). ``disable_additional_properties`` (vLLM's name; set by OpenAI's
-    ``strict: true``): objects of the ``json_schema`` that declare properties take no undeclared
-    keys unless the schema allows them (default: JSON Schema's semantics, undeclared keys allowed
-    where the schema is silent).
+    stored as its JSON text). ``disable_additional_properties`` (vLLM's name; default on, as
+    xgrammar's ``strict_mode`` in SGLang and vLLM; OpenAI's ``strict: true`` also sets it): objects
+    of the ``json_schema`` that declare properties take no undeclared keys unless the schema allows
+    them (``additionalProperties`` / ``unevaluatedProperties`` given); ``False`` gives JSON
+    Schema's semantics, undeclared keys allowed where the schema is silent (a real model then
+    tends to invent keys until ``max_new_tokens``).
 
     Constructing directly checks only the cross-field rules (``__post_init__``); untrusted input
     goes through :meth:`from_dict` or the HTTP models, which also check every field's type and
@@ -194,7 +196,7 @@ class SamplingParams:
     regex: Regex = None
     json_schema: JsonSchema = None
     ebnf: Ebnf = None
-    disable_additional_properties: StrictBool = False
+    disable_additional_properties: StrictBool = True
     seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] | None = None
     logit_bias: LogitBias = None
 

@@ -25,7 +25,7 @@ NON_DEFAULT = {
     "frequency_penalty": 0.25, "presence_penalty": -0.5, "repetition_penalty": 1.5, "ignore_eos": True,
     "skip_special_tokens": False, "spaces_between_special_tokens": False, "regex": "[a-z]+",
     "json_schema": '{"type": "object"}', "ebnf": 'root ::= "a"', "seed": 11,
-    "logit_bias": {5: -100.0, 7: 2.5}, "disable_additional_properties": True,
+    "logit_bias": {5: -100.0, 7: 2.5}, "disable_additional_properties": False,
 }
 CASES = [{k: v for k, v in NON_DEFAULT.items() if k not in GRAMMAR_FIELDS - {g}} for g in sorted(GRAMMAR_FIELDS)]
 

@@ -137,9 +137,10 @@ def test_response_format_json_schema(client):
 
 
 def test_response_format_strict_closes_objects(server, client):
-    """``strict: true`` forbids undeclared keys (the schema declares ``a`` and is silent on others).
-    Tokens starting with ``}`` are banned, so an open object can only go on with undeclared pairs:
-    without ``strict`` the output has them, with it the ban loses to the grammar after ``"a"``."""
+    """Undeclared keys are refused by default and with ``strict: true`` (the schema declares ``a``
+    and is silent on others). Tokens starting with ``}`` are banned, so an open object can only go
+    on with undeclared pairs: opened (``disable_additional_properties: false``, JSON Schema's
+    semantics) the output has them; closed, the ban loses to the grammar after ``"a"``."""
     from transformers import AutoTokenizer
 
     from radixlm.runtime.tiny_model import tiny_model_path
@@ -147,15 +148,17 @@ def test_response_format_strict_closes_objects(server, client):
     tok = AutoTokenizer.from_pretrained(tiny_model_path())
     closing = [i for s, i in tok.get_vocab().items() if tok.convert_tokens_to_string([s]).startswith("}")]
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}
+    modes = {"strict": ({"strict": True}, {}), "default": ({}, {}),
+             "open": ({"strict": False}, {"disable_additional_properties": False})}
     outs = {}
-    for strict in (True, False):
+    for mode, (fmt, extra) in modes.items():
         res = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "An object."}], max_tokens=40, temperature=1.0,
-            seed=5, n=4, logit_bias={str(i): -100 for i in closing},
-            response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": schema, "strict": strict}})
-        outs[strict] = [c.message.content for c in res.choices]
-    assert all(set(json.loads(text)) == {"a"} for text in outs[True]), outs[True]
-    assert all(not text.startswith(('{"a": true}', '{"a": false}')) for text in outs[False]), outs[False]
+            seed=5, n=4, logit_bias={str(i): -100 for i in closing}, extra_body=extra,
+            response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": schema, **fmt}})
+        outs[mode] = [c.message.content for c in res.choices]
+    assert all(set(json.loads(text)) == {"a"} for text in outs["strict"] + outs["default"]), outs
+    assert all(not text.startswith(('{"a": true}', '{"a": false}')) for text in outs["open"]), outs["open"]
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
