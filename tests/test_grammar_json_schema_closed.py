@@ -38,6 +38,9 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("patternProperties without additionalProperties", {
         "type": "object", "patternProperties": {"^x_": {"type": "integer"}}},
      [{"x_a": 1}, {}], [{"y": 1}]),
+    ("recursive (Earley) objects", {"$ref": "#/$defs/node", "$defs": {"node": {
+        "type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}},
+     [{"v": 1, "kids": [{"v": 2, "kids": []}]}, {}], [{"v": 1, "kids": [{"w": 2}]}, {"u": 0}]),
     ("a free-form object keeps any keys", {"type": "object"}, [{"k": 1}, {}], []),
     ("anyOf branches closed each", {"anyOf": [PERSON, {"type": "object", "properties": {"id": {"type": "integer"}},
                                                        "required": ["id"]}]},
