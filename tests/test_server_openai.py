@@ -187,6 +187,33 @@ def test_tools_produce_valid_calls(client, choice):
     _matches(json.loads(call.function.arguments), by_name[call.function.name])
 
 
+@pytest.mark.parametrize("with_other_tool", [False, True])
+def test_pydantic_tools_with_defs(client, with_other_tool):
+    """``openai.pydantic_function_tool`` parameters refer to ``#/$defs/...``: embedded in the call
+    object (and in an ``anyOf`` of calls), the references must still resolve (they were a 400)."""
+    import jsonschema
+    import pydantic
+
+    class Addr(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=8)
+
+    class Person(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=8)
+        age: int = pydantic.Field(ge=0, le=120)
+        addr: Addr
+
+    tools = [openai.pydantic_function_tool(Person, name="save_person")]
+    if with_other_tool:
+        tools.append(openai.pydantic_function_tool(Addr, name="save_addr"))
+    res = client.chat.completions.parse(model="m", messages=[{"role": "user", "content": "p"}], tools=tools,
+                                        tool_choice="required", max_tokens=120, temperature=0.8, seed=2)
+    call = res.choices[0].message.tool_calls[0]
+    assert res.choices[0].finish_reason == "tool_calls"
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}[call.function.name]
+    jsonschema.validate(json.loads(call.function.arguments), params)
+    assert isinstance(call.function.parsed_arguments, (Person, Addr))
+
+
 def test_tools_auto_without_call_gives_content(client):
     res = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], tools=TOOLS,
                                          tool_choice="auto", max_tokens=5, temperature=0)

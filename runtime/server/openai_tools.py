@@ -33,11 +33,38 @@ def response_format_schema(fmt: ResponseFormat | None) -> tuple[str | None, bool
     return json.dumps(fmt.json_schema.schema_ or {"type": "object"}), fmt.json_schema.strict is True
 
 
-def _call_schema(tool: Tool) -> dict[str, Any]:
+_DATA_KEYS = ("enum", "const", "default", "examples")
+
+
+def rebase_refs(schema: Any, pointer: str) -> Any:
+    """``schema`` to be placed at JSON pointer ``pointer`` (e.g. ``/properties/arguments``) of
+    another document: its local ``$ref``s (``#/$defs/X``) become ``#<pointer>/$defs/X`` so they
+    still resolve there. Sub-schemas with an ``$id`` (or draft-4 ``id``) of their own start a new
+    base and keep their references as written; data keywords (``enum``, ``const``...) are copied
+    as is. (pydantic models' ``$defs``: ``openai.pydantic_function_tool`` parameters.)"""
+    if isinstance(schema, list):
+        return [rebase_refs(x, pointer) for x in schema]
+    if not isinstance(schema, dict) or isinstance(schema.get("$id", schema.get("id")), str):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
+            out[k] = "#" + pointer + v[1:]
+        elif k in _DATA_KEYS:
+            out[k] = v
+        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas") and isinstance(v, dict):
+            out[k] = {name: rebase_refs(x, pointer) for name, x in v.items()}
+        else:
+            out[k] = rebase_refs(v, pointer)
+    return out
+
+
+def _call_schema(tool: Tool, pointer: str) -> dict[str, Any]:
+    """The ``{"name": ..., "arguments": ...}`` object of one tool, placed at ``pointer``."""
+    params = rebase_refs(tool.function.parameters or _EMPTY_PARAMS, pointer + "/properties/arguments")
     return {
         "type": "object",
-        "properties": {"name": {"type": "string", "enum": [tool.function.name]},
-                       "arguments": tool.function.parameters or _EMPTY_PARAMS},
+        "properties": {"name": {"type": "string", "enum": [tool.function.name]}, "arguments": params},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
@@ -56,7 +83,8 @@ def tool_constraint(tools: list[Tool] | None, choice) -> tuple[str | None, str |
             raise RequestError(f"tool_choice names unknown function {choice.function.name!r}", param="tool_choice")
         fn = match[0].function
         return json.dumps(fn.parameters or _EMPTY_PARAMS), fn.name, fn.strict is True
-    schemas = [_call_schema(t) for t in tools]
+    one = len(tools) == 1
+    schemas = [_call_schema(t, "" if one else f"/anyOf/{i}") for i, t in enumerate(tools)]
     strict = any(t.function.strict is True for t in tools)
     return json.dumps(schemas[0] if len(schemas) == 1 else {"anyOf": schemas}), None, strict
 
