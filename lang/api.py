@@ -65,7 +65,9 @@ def gen(
             (``radixlm.lang.constraints``); the value stays a string.
         choices: if non-empty, this is a :func:`select` with ``choices_method`` instead of a generation.
         regex / json_schema / ebnf: constrained decoding; ``json_schema`` may be a JSON string, a
-            dict or a pydantic model class.
+            dict or a pydantic model class; its objects that declare properties take no undeclared
+            keys unless the schema allows them (the runtime's ``disable_additional_properties``,
+            on by default as xgrammar's ``strict_mode`` in SGLang).
     Returns:
         a :class:`~radixlm.lang.ir.Gen` (or :class:`~radixlm.lang.ir.Select`) node.
     Raises:
