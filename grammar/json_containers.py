@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import string_literal
-from radixlm.grammar.json_orders import ANY_ORDER_HOT, SORTED_ORDERS, _hot_skips, sorted_order, window_order  # noqa: F401
+from radixlm.grammar.json_orders import ANY_ORDER_HOT, SORTED_ORDERS, GrammarRetry, _hot_skips, sorted_order, window_order  # noqa: F401
 from radixlm.grammar.json_scalars import content_dfa
 from radixlm.grammar.schema_merge import seal
 from radixlm.grammar.json_unique import finite_items, unique_array
@@ -249,6 +249,11 @@ class ContainerMixin(ExtrasMixin):
         alpha = None
         if SORTED_ORDERS.get() and sum(sizes) <= SORTED_BUDGET and order_free is None:
             alpha = sorted_order(keys, entries)
+        elif SORTED_ORDERS.get() and order_free is None and not self.grammar_mode:
+            # NOTE: too large for a sorted copy in one regex; as a grammar its large pairs are
+            # rules (size 1 each): convert the schema as one when the copy then fits
+            if sum(1 if z > PAIR_RULE_SIZE else z for z in sizes) <= SORTED_BUDGET and sorted_order(keys, entries):
+                raise GrammarRetry(large=True)
         body = order_free if order_free is not None else ordered(entries, 0)
         if order_free is None and sum(sizes) <= ANY_ORDER_BUDGET:
             # NOTE: a second order, cold: the required properties in the order ``required`` lists

@@ -27,6 +27,17 @@ ANY_ORDER_HOT = 1.5  # see ``_hot_skips``
 SORTED_ORDERS: contextvars.ContextVar[bool] = contextvars.ContextVar("sorted_orders", default=True)
 
 
+class GrammarRetry(Exception):
+    """Raised while a schema converts as one regex: on the first recursive ``$ref``, or
+    (``large``) past the regex size limit or for an object whose sorted-keys copy fits only as a
+    grammar (where large pairs are rules every order refers to); the schema converts again as a
+    grammar."""
+
+    def __init__(self, large: bool = False) -> None:
+        super().__init__()
+        self.large = large
+
+
 def sorted_order(keys: list[str], entries: list[tuple[Node, bool]], always: bool = False) -> list | None:
     """``entries`` (one per key of ``keys``) with their keys sorted by code point, the order of
     ``json.dumps(sort_keys=True)``, ``jq -S`` and most key-sorting formatters; None when that is

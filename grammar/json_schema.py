@@ -64,6 +64,7 @@ from radixlm.grammar.dfa_ops import exactly_one
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE, ContainerMixin
 from radixlm.grammar.json_lexical import ENUM_ORDERS_CHARS, NUMBER, string, value_literal
+from radixlm.grammar.json_orders import GrammarRetry as _Recursive
 from radixlm.grammar.json_scalars import number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
@@ -331,15 +332,6 @@ def _leaf(node: Node) -> Node:
         return node
     got = dfa_from_ast(node)
     return ("dfa", got) if got.start else NOTHING
-
-
-class _Recursive(Exception):
-    """Raised in regex mode on the first recursive $ref (or, ``large``, past ``MAX_REGEX_SIZE``):
-    retry as a grammar."""
-
-    def __init__(self, large: bool = False) -> None:
-        super().__init__()
-        self.large = large
 
 
 def parse_schema(schema: str | dict | bool) -> Any:
