@@ -70,16 +70,30 @@ def possible_types(schema: dict) -> set[str]:
         if "integer" in vt:
             vt.add("number")
         out &= vt
+    return out - negated_types(schema)
+
+
+def negated_types(schema: dict) -> set[str]:
+    """Types that a ``not`` of ``schema`` (or an entry of its ``x-nots``) excludes whole: one
+    holding ``type`` alone (no instance of those types satisfies ``schema``; ``not {type: number}``
+    excludes integers too, ``not {type: integer}`` only them)."""
+    nots = list(schema.get("x-nots", [])) + ([schema["not"]] if "not" in schema else [])
+    out: set[str] = set()
+    for n in nots:
+        if isinstance(n, dict) and "type" in n and all(k == "type" or k in ANNOTATIONS for k in n):
+            ts = types_of(n) or set()
+            out |= set(ts) | ({"integer"} if "number" in ts else set())
     return out
 
 
 def emitted_types(schema: dict) -> set[str]:
     """Types of the instances the converter may emit for ``schema``: its implied types, or with
-    combinators (whose branches may add a ``type``) its possible types."""
+    combinators (whose branches may add a ``type``) its possible types; less the types a ``not``
+    excludes whole (see :func:`negated_types`)."""
     if any(k in schema for k in ("anyOf", "oneOf", "allOf", "x-any", "$ref")):
         return possible_types(schema)
     ts = implied_types(schema)
-    return set(ALL_TYPES) if ts is None else set(ts)
+    return (set(ALL_TYPES) if ts is None else set(ts)) - negated_types(schema)
 
 
 # The ``x-any`` kind of a sound restriction (an ``if`` whose ``not if`` has no positive form): its

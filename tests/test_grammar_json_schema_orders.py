@@ -1,8 +1,8 @@
-"""Key orders of objects too large for their relaxed copies in one regex (SchemaStore coverage,
-issue 12): accept/reject rows walked token by token on real vocabularies (``schema_table_tests``),
-schemas written here. Valid rows once rejected (keys sorted as ``sort_keys`` writes them, the
-object's pairs too large for a sorted copy in a single DFA); invalid rows keep the conversion
-sound."""
+"""SchemaStore coverage fixes (issue 12): accept/reject rows walked token by token on real
+vocabularies (``schema_table_tests``), schemas written here. Valid rows once rejected (keys sorted
+as ``sort_keys`` writes them in an object whose pairs are too large for a sorted copy in a single
+DFA; ``oneOf`` branches whose disjointness needs a ``not {type}``); invalid rows keep the
+conversion sound."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ _INNER = {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLengt
 LARGE_PAIRS = {"type": "object", "required": ["zeta"], "properties": {
     "zeta": _INNER, "alpha": _INNER, "mid": {"type": "integer"}, "beta": _INNER, "gamma": {"type": "boolean"}}}
 
+# a oneOf of "metadata has no pd" and "metadata.pd is 2": disjoint once a branch whose metadata
+# must be an object and not an object is seen to hold nothing
+_HAS_PD = {"properties": {"metadata": {"type": "object", "properties": {"pd": {}}, "required": ["pd"]}}}
+_PD2 = {"properties": {"metadata": {"type": "object", "properties": {"pd": {"const": 2}}, "required": ["pd"]}}}
+_BASE = {"type": "object", "required": ["metadata"],
+         "properties": {"metadata": {"type": "object", "properties": {"pd": {"type": "integer", "enum": [1, 2, 3]}}}}}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("sorted keys of an object with large pairs (converted as a grammar)", LARGE_PAIRS,
@@ -24,6 +31,13 @@ CASES: list[tuple[str, Any, list, list]] = [
       {"alpha": {}, "zeta": {}}, {"zeta": {}, "alpha": {}, "mid": 3}, {"beta": {}, "mid": 1, "zeta": {"f2": ""}}],
      [{"alpha": {}, "beta": {}}, {"alpha": {"f1": 3}, "zeta": {}}, {"alpha": {}, "zeta": {"g": "x"}},
       {"beta": {}, "mid": 1.5, "zeta": {}}, {"zeta": {"f0": "x" * 25}}, []]),
+    ("oneOf of a negated nested object and a nested const", {**_BASE, "oneOf": [{"not": _HAS_PD}, _PD2]},
+     [{"metadata": {"pd": 2}}, {"metadata": {}}], [{"metadata": {"pd": 1}}, {"metadata": {"pd": 3}}, {}, {"metadata": 2}]),
+    ("if: that oneOf, then a value", {**_BASE, "properties": {**_BASE["properties"], "data": {"type": "object"}},
+                                       "if": {"oneOf": [{"not": _HAS_PD}, _PD2]},
+                                       "then": {"properties": {"data": {"properties": {"x": {"const": 2}}}}}},
+     [{"metadata": {"pd": 2}, "data": {"x": 2}}, {"metadata": {}, "data": {"x": 2}}, {"metadata": {"pd": 1}, "data": {"x": 1}}],
+     [{"metadata": {"pd": 2}, "data": {"x": 1}}, {"metadata": {}, "data": {"x": 3}}, {"metadata": {"pd": 4}}]),
 ]
 
 test_table_agrees_with_jsonschema, test_table_token_by_token = schema_table_tests(CASES)
