@@ -9,6 +9,12 @@ is scored on the SAME schemas and instances: a schema an engine fails to compile
 counts against its coverage, and its valid instances count as rejected. Mask times are per
 request-step (one ``fill_next_token_bitmask`` of one sequence).
 
+``--closed`` compiles as serving does by default (``disable_additional_properties``: objects that
+declare properties take no undeclared keys; xgrammar's ``strict_mode``, the llguidance schema with
+``additionalProperties: false`` written in): valid instances with undeclared keys are then refused
+by every engine. Without it every engine gets JSON Schema's semantics (xgrammar ``strict_mode``
+off, which is not its default).
+
     .venv/bin/python benchmarks/bench_grammar.py --tokenizer deepseek-llm --stride 20
     .venv/bin/pip install xgrammar llguidance outlines-core   # optional peers (benchmark only)
 """
@@ -44,6 +50,9 @@ def _alarm(_sig: int, _frame: Any) -> None:
 
 # --- engines ------------------------------------------------------------------------------------
 
+CLOSED = False  # --closed
+
+
 class RadixLM:
     name = "radixlm"
 
@@ -53,7 +62,7 @@ class RadixLM:
         self.vocab = self.info.vocab_size
 
     def compile(self, schema: str) -> Any:
-        return self.compiler.compile_json_schema(schema)
+        return self.compiler.compile_json_schema(schema, disable_additional_properties=CLOSED)
 
     def matcher(self, g: Any) -> Any:
         return GrammarMatcher(g)
@@ -80,7 +89,7 @@ class XGrammar:
         self.vocab = self.tinfo.vocab_size
 
     def compile(self, schema: str) -> Any:
-        return self.compiler.compile_json_schema(schema)
+        return self.compiler.compile_json_schema(schema, strict_mode=CLOSED)
 
     def matcher(self, g: Any) -> Any:
         return self.xgr.GrammarMatcher(g)
@@ -109,7 +118,9 @@ class LLGuidance:
         self.vocab = self.tok.vocab_size
 
     def compile(self, schema: str) -> Any:
-        grammar = self.ll.LLMatcher.grammar_from_json_schema(schema)
+        from radixlm.grammar.backends import close_objects
+
+        grammar = self.ll.LLMatcher.grammar_from_json_schema(close_objects(schema) if CLOSED else schema)
         err = self.ll.LLMatcher.validate_grammar(grammar, self.tok)
         if err:
             raise ValueError(err)
@@ -277,7 +288,11 @@ def main() -> None:
     ap.add_argument("--misses", default=None,
                     help="write the valid instances each engine rejects here (JSON lines: case, "
                          "compile error or the index of the first refused token)")
+    ap.add_argument("--closed", action="store_true",
+                    help="objects closed as in serving (disable_additional_properties; see above)")
     args = ap.parse_args()
+    global CLOSED
+    CLOSED = args.closed
     tok = load_tokenizer(args.tokenizer)
     info = GrammarCompiler(tok).tokenizer_info
     eos = info.stop_token_ids[0]

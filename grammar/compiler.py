@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any, Iterable
@@ -21,6 +22,8 @@ from radixlm.grammar.json_schema import json_schema_to_ast
 from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
+
+logger = logging.getLogger(__name__)
 
 
 # A JSON schema first compiles to one DFA within DFA_SHARE of the compile budget; past it (or past
@@ -133,7 +136,9 @@ class GrammarCompiler:
                 keys unless the schema allows them (``additionalProperties`` /
                 ``unevaluatedProperties`` given); vLLM's option of this name, xgrammar's
                 ``strict_mode``, what OpenAI's ``strict: true`` requires. Default: JSON Schema's
-                semantics (undeclared keys allowed where the schema is silent).
+                semantics (undeclared keys allowed where the schema is silent). A schema too
+                large to compile closed (alternatives the open form keeps apart as grammar
+                rules) compiles open instead, with a fresh budget, and logs a warning.
         Raises:
             GrammarError: invalid schema or an unsupported keyword (named in the message).
         """
@@ -194,7 +199,19 @@ class GrammarCompiler:
                 engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
                 return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
 
-        return self._cached(("json_schema", text, any_whitespace, closed), build_deep)
+        def build_closed() -> CompiledGrammar:
+            nonlocal closed
+            try:
+                return build_deep()
+            except GrammarError as e:
+                if not closed or not str(e).startswith(TOO_LARGE) or "(CPU time)" in str(e):
+                    raise
+                logger.warning("json_schema too large to compile with closed objects (%s): "
+                               "compiled with undeclared keys allowed", e)
+            closed = False
+            return build_deep()
+
+        return self._cached(("json_schema", text, any_whitespace, closed), build_closed)
 
     def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
         """A grammar in GBNF (rules ``name ::= ...``, SGLang's syntax) or lark syntax; ``root``

@@ -75,3 +75,28 @@ def test_close_objects_leaves_allof_merges_and_data_open() -> None:
     assert out["properties"]["c"]["additionalProperties"] is False
     assert out["enum"] == [{"properties": {}}]
     assert out["$defs"]["properties"]["additionalProperties"] is False
+
+
+def test_too_large_closed_falls_back_to_open(monkeypatch, caplog) -> None:
+    """A schema that compiles open but not closed (a union of many closed objects whose values
+    determinize together) compiles open, with a warning, instead of failing the request."""
+    import radixlm.grammar.compiler as compiler_mod
+    from radixlm.grammar import GrammarError
+    from radixlm.grammar.bitmask import allocate_token_bitmask
+    from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, run_instance
+
+    real = compiler_mod.json_schema_to_ast
+
+    def closed_too_large(schema, any_whitespace=False, grammar=False, closed=False):
+        if closed:
+            raise GrammarError("grammar too complex: compile budget of 1 work units exceeded while testing")
+        return real(schema, any_whitespace, grammar=grammar, closed=closed)
+
+    monkeypatch.setattr(compiler_mod, "json_schema_to_ast", closed_too_large)
+    comp, tok = load_compiler(DEFAULT_TOKENIZER), load_tokenizer(DEFAULT_TOKENIZER)
+    schema = {"type": "object", "properties": {"fallback-case": {"type": "integer"}}}
+    with caplog.at_level("WARNING"):
+        compiled = comp.compile_json_schema(schema, disable_additional_properties=True)
+    assert "too large to compile with closed objects" in caplog.text
+    bitmask = allocate_token_bitmask(1, comp.tokenizer_info.vocab_size)
+    assert run_instance(compiled, tok, json.dumps({"fallback-case": 1, "other": 2}), True, bitmask).accepted
