@@ -118,7 +118,7 @@ _DATA = ("enum", "const", "default", "examples")
 
 def close_objects(schema: str) -> str:
     """``schema`` (JSON text) with ``"additionalProperties": false`` added to every sub-schema that
-    declares ``properties`` / ``patternProperties`` and neither ``additionalProperties`` nor
+    declares (non-empty) ``properties`` / ``patternProperties`` and neither ``additionalProperties`` nor
     ``unevaluatedProperties`` (vLLM's rewrite for llguidance). Sub-schemas merged by ``allOf``
     (the holder and its branches) and holders of a ``$ref`` are left open: closing one would forbid
     the others' keys."""
@@ -136,7 +136,7 @@ def close_objects(schema: str) -> str:
                 out[k] = v
             else:
                 out[k] = [walk(x, True) for x in v] if k == "allOf" and isinstance(v, list) else walk(v)
-        if ("properties" in node or "patternProperties" in node) and not merged and "allOf" not in node \
+        if (node.get("properties") or node.get("patternProperties")) and not merged and "allOf" not in node \
                 and "$ref" not in node \
                 and "additionalProperties" not in node and "unevaluatedProperties" not in node:
             out["additionalProperties"] = False
