@@ -189,8 +189,10 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
         self.done[ref] = out
         return out
 
-    def normalize(self, schema: dict) -> Any:
-        """Resolve ``$ref`` with sibling assertions and flatten ``allOf`` into one schema."""
+    def normalize(self, schema: dict, chain: tuple = ()) -> Any:
+        """Resolve ``$ref`` with sibling assertions and flatten ``allOf`` into one schema; a ``$ref``
+        there to a schema of ``chain`` (those merged in place around this one) is False."""
+        chain += (id(schema),)
         rounds = 0  # NOTE: per call (a $ref cycle through siblings loops here); the budget bounds the total
         while True:
             rounds += 1
@@ -205,6 +207,7 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                     raise GrammarError("unsupported: $ref to a recursive definition with sibling keywords")
                 others = {k: v for k, v in schema.items() if k != "$ref"}
                 target = resolve_pointer(self.root, ref)
+                target, chain = (False, chain) if id(target) in chain else (target, chain + (id(target),))
                 if isinstance(target, bool):
                     schema = merge(target, others) if target else False
                 else:
@@ -220,9 +223,13 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                     if isinstance(b, dict) and ("anyOf" in b or "oneOf" in b) and "properties" not in out:
                         out["x-any-first"] = True  # the combinator's properties come first
                     if isinstance(b, dict) and "$ref" in b:
-                        if b["$ref"] in self.stack:
+                        target = resolve_pointer(self.root, b["$ref"])
+                        if id(target) in chain:  # NOTE: in place, at the same location: no validator ends
+                            b = False
+                        elif b["$ref"] in self.stack:
                             raise GrammarError("unsupported: allOf with a recursive $ref")
-                        b = self.normalize(b) if len(b) > 1 else resolve_pointer(self.root, b["$ref"])
+                        else:
+                            b = self.normalize(b, chain) if len(b) > 1 else target
                     if isinstance(b, dict) and "allOf" in b and unevaluated(out) and not unevaluated(b):
                         # NOTE: the branch's in-place keywords are the parent's: its nots and ifs
                         # are rewritten beside the parent's unevaluatedProperties (see guard)
@@ -233,7 +240,7 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                         if isinstance(b, dict) and "allOf" in b:
                             # NOTE: flattened here, not after the later branches are merged: the
                             # properties keep the order in which the schema lists them
-                            b = self.normalize(b)
+                            b = self.normalize(b, chain)
                         out = merge(out, seal(b))
                     if out is False:
                         return False

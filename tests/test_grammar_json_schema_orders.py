@@ -24,6 +24,16 @@ _PD2 = {"properties": {"metadata": {"type": "object", "properties": {"pd": {"con
 _BASE = {"type": "object", "required": ["metadata"],
          "properties": {"metadata": {"type": "object", "properties": {"pd": {"type": "integer", "enum": [1, 2, 3]}}}}}
 
+# an allOf reaching itself through $ref at the same instance location (no validator terminates
+# on an instance that gets there): nothing validates through it, the rest of the schema converts
+IN_PLACE_CYCLE = {"definitions": {"loop": {"allOf": [{"$ref": "#/definitions/loop"}, {"type": "object"}]}},
+                  "type": "object", "properties": {"a": {"type": "integer"}, "b": {"$ref": "#/definitions/loop"}}}
+
+# a diamond (the same base reached twice through allOf) is no cycle
+DIAMOND = {"definitions": {"base": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+                           "named": {"allOf": [{"$ref": "#/definitions/base"}, {"properties": {"name": {"type": "string"}}}]}},
+           "allOf": [{"$ref": "#/definitions/base"}, {"$ref": "#/definitions/named"}, {"$ref": "#/definitions/base"}]}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("sorted keys of an object with large pairs (converted as a grammar)", LARGE_PAIRS,
@@ -38,9 +48,24 @@ CASES: list[tuple[str, Any, list, list]] = [
                                        "then": {"properties": {"data": {"properties": {"x": {"const": 2}}}}}},
      [{"metadata": {"pd": 2}, "data": {"x": 2}}, {"metadata": {}, "data": {"x": 2}}, {"metadata": {"pd": 1}, "data": {"x": 1}}],
      [{"metadata": {"pd": 2}, "data": {"x": 1}}, {"metadata": {}, "data": {"x": 3}}, {"metadata": {"pd": 4}}]),
+    ("an in-place allOf cycle beside a plain property", IN_PLACE_CYCLE,
+     [{"a": 1}, {}], [{"a": "x"}, {"a": 1.5}, [], 3]),
+    ("a diamond of allOf $refs", DIAMOND, [{"id": 1}, {"id": 2, "name": "x"}, {"name": "y", "id": 3}],
+     [{"name": "x"}, {"id": "1"}, {"id": 1, "name": 2}, []]),
 ]
 
 test_table_agrees_with_jsonschema, test_table_token_by_token = schema_table_tests(CASES)
+
+
+def test_in_place_cycle_converts() -> None:
+    """The cycle holds nothing (was unbounded recursion: 'schema nesting too deep'); a property
+    reaching it is refused (jsonschema cannot judge it: it recurses forever)."""
+    from radixlm.grammar.automaton import dfa_from_ast
+
+    node, rules = json_schema_to_ast(IN_PLACE_CYCLE)
+    assert not rules
+    dfa = dfa_from_ast(node)
+    assert dfa.matches('{"a": 1}') and not dfa.matches('{"b": {}}')
 
 
 def test_large_pairs_convert_as_a_grammar() -> None:
