@@ -3,7 +3,7 @@
 
 With at most ``EXACT_MAX`` distinct values the automaton tracks the set of values written (exact:
 every order, ``2^n`` states); with more it takes them in the order the schema lists them (a
-sound restriction, ``n`` states). Items of an infinite domain (strings, numbers, objects) keep
+sound restriction, ``n`` states). In a grammar each of those states is a rule. Items of an infinite domain (strings, numbers, objects) keep
 ``uniqueItems`` unenforced (see :mod:`radixlm.grammar.json_schema`).
 """
 
@@ -61,6 +61,9 @@ def unique_array(conv: Any, s: dict, values: list[Any]) -> Node:
     exact = n <= EXACT_MAX
     counted = lo > 0 or hi < n
     memo: dict[tuple[int, int], Node] = {}
+    # NOTE: in a grammar each rest is a rule (the literals are terminals the rules share): one
+    # automaton would copy the literals once per rest, ~n^3 states in order (38k for 12 values)
+    uid = next(conv.uid) if conv.grammar_mode else None
 
     def after(used: int, last: int, count: int) -> Node:
         """The rest once ``count`` values are written: the set ``used`` (exact) or up to index
@@ -76,7 +79,11 @@ def unique_array(conv: Any, s: dict, values: list[Any]) -> Node:
                     options.append(cat(conv.comma, lits[i], after(used | 1 << i, i, count + 1)))
         if count >= lo:
             options.append(EMPTY)
-        memo[key] = out = alt(*options)
+        out = alt(*options)
+        if uid is not None and out not in (EMPTY, NOTHING):
+            name = f"__unique{uid}_{key[0]}_{key[1]}"
+            conv.rules[name], out = out, ("ref", name)
+        memo[key] = out
         return out
 
     first = [cat(lits[i], after(1 << i, i, 1)) for i in range(n)] if hi > 0 else []

@@ -34,6 +34,13 @@ DIAMOND = {"definitions": {"base": {"type": "object", "properties": {"id": {"typ
                            "named": {"allOf": [{"$ref": "#/definitions/base"}, {"properties": {"name": {"type": "string"}}}]}},
            "allOf": [{"$ref": "#/definitions/base"}, {"$ref": "#/definitions/named"}, {"$ref": "#/definitions/base"}]}
 
+# uniqueItems over a finite domain inside a grammar (a recursive property makes it one): rules
+_COLORS = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white", "gray", "pink"]
+UNIQUE_IN_GRAMMAR = {"type": "object", "properties": {
+    "few": {"type": "array", "uniqueItems": True, "items": {"enum": _COLORS[:4]}},
+    "many": {"type": "array", "uniqueItems": True, "items": {"enum": _COLORS}, "minItems": 2, "maxItems": 4},
+    "child": {"$ref": "#"}}}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("sorted keys of an object with large pairs (converted as a grammar)", LARGE_PAIRS,
@@ -50,6 +57,11 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"metadata": {"pd": 2}, "data": {"x": 1}}, {"metadata": {}, "data": {"x": 3}}, {"metadata": {"pd": 4}}]),
     ("an in-place allOf cycle beside a plain property", IN_PLACE_CYCLE,
      [{"a": 1}, {}], [{"a": "x"}, {"a": 1.5}, [], 3]),
+    ("uniqueItems over enums in a grammar", UNIQUE_IN_GRAMMAR,
+     [{"few": ["blue", "red"]}, {"few": []}, {"few": ["red", "green", "blue", "cyan"]},
+      {"many": ["red", "pink"]}, {"many": ["green", "blue", "gray", "pink"]}, {"child": {"few": ["cyan"]}}],
+     [{"few": ["red", "red"]}, {"few": ["blue", "red", "blue"]}, {"many": ["red"]}, {"many": ["red", "red"]},
+      {"many": ["red", "green", "blue", "cyan", "pink"]}, {"child": {"many": ["gray", "gray"]}}, {"few": ["teal"]}]),
     ("a diamond of allOf $refs", DIAMOND, [{"id": 1}, {"id": 2, "name": "x"}, {"name": "y", "id": 3}],
      [{"name": "x"}, {"id": "1"}, {"id": 1, "name": 2}, []]),
 ]
@@ -66,6 +78,12 @@ def test_in_place_cycle_converts() -> None:
     assert not rules
     dfa = dfa_from_ast(node)
     assert dfa.matches('{"a": 1}') and not dfa.matches('{"b": {}}')
+
+
+def test_unique_items_in_a_grammar_are_rules() -> None:
+    """Each rest of a uniqueItems array is a rule of the grammar."""
+    _, rules = json_schema_to_ast(UNIQUE_IN_GRAMMAR)
+    assert any(name.startswith("__unique") for name in rules)
 
 
 def test_large_pairs_convert_as_a_grammar() -> None:
