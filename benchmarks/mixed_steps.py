@@ -11,7 +11,8 @@ Loads: ``gsp`` (8 groups x 64 prompts, 2,048-token shared prefix + 128 own, 256 
 requests at once or ``--arrivals-per-step K`` before each step, dummy weights, greedy,
 ``ignore_eos``; ``offline`` (512 x 1024 / 512: bench_offline's issue-16 row); ``small`` (2,048 x
 256 / 256: the SmolLM2-dims serving row). ``--show N`` prints the
-first N steps.
+first N steps. ``--server-arg enable_piecewise_cuda_graph=true``: mixed / prefill steps replay
+piecewise CUDA graphs (``runtime/piecewise_graph.py``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,12 @@ def main() -> None:
     args = ServerArgs(model_path=a.model_path, tokenizer_path=a.tokenizer_path, device=a.device,
                       load_format="dummy", context_length=8192, **extra)
     tok, eos = load_tokenizer(a.tokenizer_path, a.model_path)
+    t_init = time.perf_counter()
     sched = Scheduler.create(args, ModelRunner(args, a.model_path, eos), tok)
+    pw = getattr(sched.runner, "piecewise", None)
+    print(f"runner ready in {time.perf_counter() - t_init:.1f} s; piecewise graphs: "
+          + (f"{len(pw.sizes)} buckets up to {pw.max_tokens} tokens, captured in {pw.capture_s:.1f} s" if pw else "off")
+          + (f"; {torch.cuda.memory_reserved() / 2**30:.2f} GiB reserved by torch" if a.device == "cuda" else ""))
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     picked = []
     select = sched._select_batch

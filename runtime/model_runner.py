@@ -38,6 +38,9 @@ FLAT_DECODE_MAX_SLICE = 16
 # vs graphs: 8B dims, 512 fresh tokens (16.8 GB of reads) 16.5 vs 17.5 ms; 8B, 128 tokens after a
 # 256-token prefix (5.2 GB) 15.4 vs 7.8 ms; 135M, 512 after 256 (6 GB) 14.0 vs 3.8 ms.
 FLAT_DECODE_KV_BYTES = 8 << 30
+# Piecewise CUDA graphs of EXTEND batches cover chunks up to this many prefill tokens (plus the
+# decode rows): the static buffers and the pool of the pieces' temporaries grow with it.
+PIECEWISE_MAX_CHUNK = 8192
 
 # Hook the grammar layer installs: (next-token logits [S, V] fp32, batch, indices of the S
 # sampling slices in batch.slices) -> None; masks the logits in place.
@@ -124,12 +127,32 @@ class ModelRunner:
             except RuntimeError as e:  # NOTE: serve eagerly rather than not at all
                 logger.error("CUDA graph capture failed, decoding eagerly: %s", e)
                 torch.cuda.synchronize()
+        self.piecewise = None
+        if self.cuda_graph is not None and args.enable_piecewise_cuda_graph and self.model.tp.tp_size == 1:
+            from radixlm.runtime.piecewise_graph import PIECEWISE_MIN_TOKENS, PiecewiseGraphRunner, host_bound_tokens
+
+            # NOTE: the largest EXTEND batch: a prefill or mixed chunk beside every running decode
+            # (chunks past PIECEWISE_MAX_CHUNK run eagerly: their GPU time dwarfs their launches),
+            # and no larger than a host-bound step (past it, padding only adds GPU time)
+            chunk = min(max(args.chunked_prefill_size, args.mixed_chunk_size or 0, 2048), PIECEWISE_MAX_CHUNK)
+            layers = self.model.model.layers
+            bound = host_bound_tokens(sum(p.numel() for p in layers.parameters()) // len(layers))
+            most = min(chunk + self.max_running_requests, bound)
+            try:
+                if most >= PIECEWISE_MIN_TOKENS:
+                    self.piecewise = PiecewiseGraphRunner(self, most)
+            except RuntimeError as e:
+                logger.error("piecewise CUDA graph capture failed, extend batches run eagerly: %s", e)
+                torch.cuda.synchronize()
 
     def release(self) -> None:
         """Free CUDA graphs eagerly (they hold a private memory pool and a reference cycle)."""
         if self.cuda_graph is not None:
             self.cuda_graph.release()
             self.cuda_graph = None
+        if self.piecewise is not None:
+            self.piecewise.release()
+            self.piecewise = None
 
     def _kv_pool_size(self) -> int:
         c = self.cfg
@@ -213,7 +236,10 @@ class ModelRunner:
             if self._flat_decode_ok(batch):
                 return self._forward_flat_decode(batch, input_ids)
         fb = self._forward_batch(batch, input_ids)
-        hidden = self.model(fb.input_ids, fb.positions, fb)
+        if self.piecewise is not None and batch.mode == ForwardMode.EXTEND and self.piecewise.can_run(batch.num_tokens):
+            hidden = self.piecewise.forward(fb)  # NOTE: attention eager, the rest from graphs
+        else:
+            hidden = self.model(fb.input_ids, fb.positions, fb)
         index, offset, per_slice = [], 0, []
         for s in batch.slices:
             positions = s.logit_positions()

@@ -49,6 +49,17 @@ class ServerArgs:
             27-token prompts beside decodes, 8B dims, 19 ms per mixed step instead of 29 ms), and
             a mixed step then stops admitting a few short arrivals at the graphs' rows;
             ``None``: up to the largest captured graph; ``0``: only the short slices.
+        enable_piecewise_cuda_graph: EXTEND batches (prefills, mixed prefill + decode steps) of up
+            to ``min(max(chunked_prefill_size, mixed_chunk_size, 2048), 8192) +
+            max_running_requests`` tokens, and no larger than a host-bound step
+            (``piecewise_graph.host_bound_tokens``: ~1,400 tokens at 8B dims, where larger steps
+            are GPU-bound eagerly too), replay piecewise CUDA graphs captured at bucketed token
+            counts (everything but attention, which runs eagerly between the pieces:
+            ``runtime/piecewise_graph.py``, as SGLang's piecewise CUDA graphs and vLLM's piecewise
+            compile). Only on CUDA with decode graphs on and ``tp_size`` 1. ``None`` (default): on
+            when the device resolves to CUDA. H200, SmolLM2-135M dims, 2,048 x 256/256: mixed
+            steps 52 -> 19 ms, serving 7.7 -> 6.9 s (session 12 of
+            ``benchmarks/results/serving_h200.md``).
         enable_cascade_attention: decode rows whose requests share a cached prefix read its KV
             once per chunk of rows (cascade attention, ``runtime/cascade.py``; vLLM's cascade
             attention, FlashInfer's cascade inference). ``None`` (default): on when the device
@@ -127,6 +138,7 @@ class ServerArgs:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     cuda_graph_max_extend_tokens: int | None = 256
+    enable_piecewise_cuda_graph: bool | None = None
     enable_cascade_attention: bool | None = None
     skip_server_warmup: bool = False
     enable_mixed_chunk: bool = True
@@ -191,6 +203,8 @@ class ServerArgs:
             raise ValueError("nnodes > 1 needs dist_init_addr (HOST:PORT of node 0)")
         if self.enable_cascade_attention is None:
             object.__setattr__(self, "enable_cascade_attention", self.resolved_device().startswith("cuda"))
+        if self.enable_piecewise_cuda_graph is None:
+            object.__setattr__(self, "enable_piecewise_cuda_graph", self.resolved_device().startswith("cuda"))
         if self.enable_overlap_schedule is None:
             object.__setattr__(self, "enable_overlap_schedule", self.resolved_device().startswith("cuda"))
 

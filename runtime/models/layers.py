@@ -77,15 +77,28 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+    def split_qkv(self, qkv: torch.Tensor, in_place: bool = False):
+        """Split the fused projection ``qkv`` ``[T, q_size + 2 * kv_size]`` into q ``[T, H, D]``
+        and k, v ``[T, KH, D]`` (views of ``qkv``), applying the per-head q/k norms (Qwen3): as new
+        tensors, or with ``in_place`` written back into ``qkv`` (the piecewise CUDA graphs keep
+        attention's input in a static buffer, ``runtime/piecewise_graph.py``)."""
         d = self.cfg.head_dim
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, d)
         k = k.view(-1, self.num_kv_heads, d)
+        v = v.view(-1, self.num_kv_heads, d)
         if self.cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+            if in_place:
+                q.copy_(self.q_norm(q))
+                k.copy_(self.k_norm(k))
+            else:
+                q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        q, k, v = self.split_qkv(self.qkv_proj(x))
         # NOTE: the backend applies rotary, fused with its KV store (and in decode with attention)
-        o = fb.attn_backend.forward(q, k, v.view(-1, self.num_kv_heads, d), self.layer_id, fb,
+        o = fb.attn_backend.forward(q, k, v, self.layer_id, fb,
                                     positions=positions, cos_sin_cache=self.rotary.cos_sin_cache)
         return self.o_proj(o)
 
