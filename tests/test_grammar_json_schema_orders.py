@@ -62,6 +62,14 @@ CASES: list[tuple[str, Any, list, list]] = [
       {"many": ["red", "pink"]}, {"many": ["green", "blue", "gray", "pink"]}, {"child": {"few": ["cyan"]}}],
      [{"few": ["red", "red"]}, {"few": ["blue", "red", "blue"]}, {"many": ["red"]}, {"many": ["red", "red"]},
       {"many": ["red", "green", "blue", "cyan", "pink"]}, {"child": {"many": ["gray", "gray"]}}, {"few": ["teal"]}]),
+    ("propertyNames over declared keys (one walk of each key's spellings)", {
+        "type": "object", "properties": {"\u00e9": {"type": "integer"}, "a/b": {"type": "integer"}, "abc": {"type": "integer"},
+                                          "zz": {"type": "integer"}}, "propertyNames": {"maxLength": 2}},
+     [{"\u00e9": 1}, {"zz": 2, "\u00e9": 3}, {}], [{"a/b": 1}, {"abc": 1}, {"zz": "x"}]),
+    ("propertyNames pattern and a required key", {
+        "type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}, "Bad": {"type": "boolean"}},
+        "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": False},
+     [{"ok": True}], [{"ok": True, "Bad": False}, {"Bad": True}, {}]),
     ("a diamond of allOf $refs", DIAMOND, [{"id": 1}, {"id": 2, "name": "x"}, {"name": "y", "id": 3}],
      [{"name": "x"}, {"id": "1"}, {"id": 1, "name": 2}, []]),
 ]
