@@ -3,8 +3,9 @@
 
 With at most ``EXACT_MAX`` distinct values the automaton tracks the set of values written (exact:
 every order, ``2^n`` states); with more it takes them in the order the schema lists them (a
-sound restriction, ``n`` states). In a grammar each of those states is a rule. Items of an infinite domain (strings, numbers, objects) keep
-``uniqueItems`` unenforced (see :mod:`radixlm.grammar.json_schema`).
+sound restriction, ``n`` states). In a grammar each of those states is a rule, and the set is
+tracked up to ``EXACT_GRAMMAR_MAX`` values. Items of an infinite domain (strings, numbers,
+objects) keep ``uniqueItems`` unenforced (see :mod:`radixlm.grammar.json_schema`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from radixlm.grammar.schema_checks import valid_values
 from radixlm.grammar.schema_merge import _json_eq, resolve_pointer
 
 EXACT_MAX = 6
+EXACT_GRAMMAR_MAX = 9  # in a grammar (a rule per set of values written: up to 512 small rules)
 ORDERED_MAX = 12  # more values: uniqueItems unenforced (the automaton grows as n^3)
 
 
@@ -58,7 +60,7 @@ def unique_array(conv: Any, s: dict, values: list[Any]) -> Node:
     if hi < lo:
         return NOTHING
     lits = [conv.literal(v) for v in values]
-    exact = n <= EXACT_MAX
+    exact = n <= (EXACT_GRAMMAR_MAX if conv.grammar_mode else EXACT_MAX)
     counted = lo > 0 or hi < n
     memo: dict[tuple[int, int], Node] = {}
     # NOTE: in a grammar each rest is a rule (the literals are terminals the rules share): one

@@ -39,6 +39,8 @@ _COLORS = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white"
 UNIQUE_IN_GRAMMAR = {"type": "object", "properties": {
     "few": {"type": "array", "uniqueItems": True, "items": {"enum": _COLORS[:4]}},
     "many": {"type": "array", "uniqueItems": True, "items": {"enum": _COLORS}, "minItems": 2, "maxItems": 4},
+    "methods": {"type": "array", "uniqueItems": True, "minItems": 1,
+                "items": {"enum": ["GET", "POST", "HEAD", "OPTIONS", "PUT", "TRACE", "DELETE", "PATCH", "CONNECT"]}},
     "child": {"$ref": "#"}}}
 
 # (name, schema, valid instances, invalid instances)
@@ -59,9 +61,12 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"a": 1}, {}], [{"a": "x"}, {"a": 1.5}, [], 3]),
     ("uniqueItems over enums in a grammar", UNIQUE_IN_GRAMMAR,
      [{"few": ["blue", "red"]}, {"few": []}, {"few": ["red", "green", "blue", "cyan"]},
-      {"many": ["red", "pink"]}, {"many": ["green", "blue", "gray", "pink"]}, {"child": {"few": ["cyan"]}}],
+      {"many": ["red", "pink"]}, {"many": ["green", "blue", "gray", "pink"]}, {"child": {"few": ["cyan"]}},
+      {"methods": ["PUT", "PATCH", "DELETE", "GET"]}, {"methods": ["CONNECT", "GET", "POST", "HEAD", "OPTIONS", "PUT",
+                                                                   "TRACE", "DELETE", "PATCH"]}],
      [{"few": ["red", "red"]}, {"few": ["blue", "red", "blue"]}, {"many": ["red"]}, {"many": ["red", "red"]},
-      {"many": ["red", "green", "blue", "cyan", "pink"]}, {"child": {"many": ["gray", "gray"]}}, {"few": ["teal"]}]),
+      {"many": ["red", "green", "blue", "cyan", "pink"]}, {"child": {"many": ["gray", "gray"]}}, {"few": ["teal"]},
+      {"methods": ["GET", "PUT", "GET"]}, {"methods": []}, {"methods": ["PATCH", "PATCH"]}]),
     ("propertyNames over declared keys (one walk of each key's spellings)", {
         "type": "object", "properties": {"\u00e9": {"type": "integer"}, "a/b": {"type": "integer"}, "abc": {"type": "integer"},
                                           "zz": {"type": "integer"}}, "propertyNames": {"maxLength": 2}},
