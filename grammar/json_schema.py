@@ -207,7 +207,6 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
                     raise GrammarError("unsupported: $ref to a recursive definition with sibling keywords")
                 others = {k: v for k, v in schema.items() if k != "$ref"}
                 target = resolve_pointer(self.root, ref)
-                target, chain = (False, chain) if id(target) in chain else (target, chain + (id(target),))
                 if isinstance(target, bool):
                     schema = merge(target, others) if target else False
                 else:

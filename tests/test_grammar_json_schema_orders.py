@@ -43,6 +43,16 @@ UNIQUE_IN_GRAMMAR = {"type": "object", "properties": {
                 "items": {"enum": ["GET", "POST", "HEAD", "OPTIONS", "PUT", "TRACE", "DELETE", "PATCH", "CONNECT"]}},
     "child": {"$ref": "#"}}}
 
+# a property whose $ref is reached again through a $ref to the property itself (an anyOf branch
+# beside it): the same target twice in place, no cycle
+TWICE = {"definitions": {
+    "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "uniqueItems": True},
+    "item": {"type": "object", "additionalProperties": False,
+             "properties": {"name": {"type": "string"}, "tags": {"$ref": "#/definitions/tags", "description": "tags"}},
+             "anyOf": [{"properties": {"name": {"type": "string"}}, "required": ["name"]},
+                       {"properties": {"tags": {"$ref": "#/definitions/item/properties/tags"}}, "required": ["tags"]}]}},
+    "type": "array", "items": {"$ref": "#/definitions/item"}}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("sorted keys of an object with large pairs (converted as a grammar)", LARGE_PAIRS,
@@ -75,6 +85,8 @@ CASES: list[tuple[str, Any, list, list]] = [
         "type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}, "Bad": {"type": "boolean"}},
         "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": False},
      [{"ok": True}], [{"ok": True, "Bad": False}, {"Bad": True}, {}]),
+    ("a $ref reached twice in place", TWICE, [[{"tags": ["a"]}], [{"name": "x"}, {"tags": ["b", "a"]}], []],
+     [[{}], [{"tags": []}], [{"tags": ["a", "a"]}], [{"tags": ["d"]}], [{"name": 1}]]),
     ("a diamond of allOf $refs", DIAMOND, [{"id": 1}, {"id": 2, "name": "x"}, {"name": "y", "id": 3}],
      [{"name": "x"}, {"id": "1"}, {"id": 1, "name": 2}, []]),
 ]
