@@ -4,8 +4,9 @@
 With at most ``EXACT_MAX`` distinct values the automaton tracks the set of values written (exact:
 every order, ``2^n`` states); with more it takes them in the order the schema lists them (a
 sound restriction, ``n`` states). In a grammar each of those states is a rule, and the set is
-tracked up to ``EXACT_GRAMMAR_MAX`` values. Items of an infinite domain (strings, numbers,
-objects) keep ``uniqueItems`` unenforced (see :mod:`radixlm.grammar.json_schema`).
+tracked up to ``EXACT_GRAMMAR_MAX`` values; a schema with more than ``EXACT_MAX`` converts as one.
+Items of an infinite domain (strings, numbers, objects) keep ``uniqueItems`` unenforced (see
+:mod:`radixlm.grammar.json_schema`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char
+from radixlm.grammar.json_orders import GrammarRetry
 from radixlm.grammar.schema_checks import valid_values
 from radixlm.grammar.schema_merge import _json_eq, resolve_pointer
 
@@ -59,6 +61,8 @@ def unique_array(conv: Any, s: dict, values: list[Any]) -> Node:
     hi = n if hi is None else min(int(hi), n)
     if hi < lo:
         return NOTHING
+    if n > EXACT_MAX and not conv.grammar_mode:
+        raise GrammarRetry()  # NOTE: as a grammar: exact to EXACT_GRAMMAR_MAX, rules (faster too)
     lits = [conv.literal(v) for v in values]
     exact = n <= (EXACT_GRAMMAR_MAX if conv.grammar_mode else EXACT_MAX)
     counted = lo > 0 or hi < n

@@ -53,6 +53,10 @@ TWICE = {"definitions": {
                        {"properties": {"tags": {"$ref": "#/definitions/item/properties/tags"}}, "required": ["tags"]}]}},
     "type": "array", "items": {"$ref": "#/definitions/item"}}
 
+# the same without recursion: more than EXACT_MAX values convert the schema as a grammar
+METHODS = {"type": "array", "uniqueItems": True, "maxItems": 5,
+           "items": {"enum": ["GET", "POST", "HEAD", "OPTIONS", "PUT", "TRACE", "DELETE", "PATCH", "CONNECT"]}}
+
 # (name, schema, valid instances, invalid instances)
 CASES: list[tuple[str, Any, list, list]] = [
     ("sorted keys of an object with large pairs (converted as a grammar)", LARGE_PAIRS,
@@ -87,6 +91,9 @@ CASES: list[tuple[str, Any, list, list]] = [
      [{"ok": True}], [{"ok": True, "Bad": False}, {"Bad": True}, {}]),
     ("a $ref reached twice in place", TWICE, [[{"tags": ["a"]}], [{"name": "x"}, {"tags": ["b", "a"]}], []],
      [[{}], [{"tags": []}], [{"tags": ["a", "a"]}], [{"tags": ["d"]}], [{"name": 1}]]),
+    ("uniqueItems over 9 values without recursion", METHODS,
+     [["PUT", "PATCH", "DELETE", "GET"], [], ["CONNECT"], ["TRACE", "HEAD", "GET", "POST", "OPTIONS"]],
+     [["GET", "GET"], ["PUT", "PATCH", "PUT"], ["GET", "POST", "HEAD", "OPTIONS", "PUT", "TRACE"], ["get"], {}]),
     ("a diamond of allOf $refs", DIAMOND, [{"id": 1}, {"id": 2, "name": "x"}, {"name": "y", "id": 3}],
      [{"name": "x"}, {"id": "1"}, {"id": 1, "name": 2}, []]),
 ]
@@ -107,8 +114,9 @@ def test_in_place_cycle_converts() -> None:
 
 def test_unique_items_in_a_grammar_are_rules() -> None:
     """Each rest of a uniqueItems array is a rule of the grammar."""
-    _, rules = json_schema_to_ast(UNIQUE_IN_GRAMMAR)
-    assert any(name.startswith("__unique") for name in rules)
+    for schema in (UNIQUE_IN_GRAMMAR, METHODS):
+        _, rules = json_schema_to_ast(schema)
+        assert any(name.startswith("__unique") for name in rules)
 
 
 def test_large_pairs_convert_as_a_grammar() -> None:
