@@ -255,7 +255,7 @@ class ContainerMixin(ExtrasMixin):
             # NOTE: too large for a sorted copy in one regex; as a grammar its large pairs are
             # rules (size 1 each): convert the schema as one when the copy then fits
             if sum(1 if z > PAIR_RULE_SIZE else z for z in sizes) <= SORTED_BUDGET and sorted_order(keys, entries):
-                raise GrammarRetry(large=True)
+                raise GrammarRetry()
         body = order_free if order_free is not None else ordered(entries, 0)
         if order_free is None and sum(sizes) <= ANY_ORDER_BUDGET:
             # NOTE: a second order, cold: the required properties in the order ``required`` lists

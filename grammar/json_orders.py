@@ -28,10 +28,10 @@ SORTED_ORDERS: contextvars.ContextVar[bool] = contextvars.ContextVar("sorted_ord
 
 
 class GrammarRetry(Exception):
-    """Raised while a schema converts as one regex: on the first recursive ``$ref``, or
-    (``large``) past the regex size limit or for an object whose sorted-keys copy fits only as a
-    grammar (where large pairs are rules every order refers to); the schema converts again as a
-    grammar."""
+    """Raised while a schema converts as one regex: on the first recursive ``$ref``, for an
+    object whose sorted-keys copy fits only as a grammar (where large pairs are rules every order
+    refers to) or a ``uniqueItems`` array best tracked by rules, or (``large``: long scalars become
+    rules too) past the regex size limit; the schema converts again as a grammar."""
 
     def __init__(self, large: bool = False) -> None:
         super().__init__()
