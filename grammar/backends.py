@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from radixlm.grammar.errors import GrammarError
+from radixlm.grammar.schema_drafts import DATA_KEYWORDS, SCHEMA_MAPS
 from radixlm.grammar.utf8 import decode_complete_prefix
 
 BACKENDS = ("radixlm", "xgrammar", "llguidance")
@@ -112,10 +113,6 @@ class XGrammarBackend(Backend):
         return self.xgr.GrammarMatcher(compiled)
 
 
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_DATA = ("enum", "const", "default", "examples")
-
-
 def close_objects(schema: str) -> str:
     """``schema`` (JSON text) with ``"additionalProperties": false`` added to every sub-schema that
     declares (non-empty) ``properties`` / ``patternProperties`` and neither ``additionalProperties`` nor
@@ -130,9 +127,9 @@ def close_objects(schema: str) -> str:
             return node
         out = {}
         for k, v in node.items():
-            if k in _SCHEMA_MAPS and isinstance(v, dict):
+            if k in SCHEMA_MAPS and isinstance(v, dict):
                 out[k] = {name: walk(x) for name, x in v.items()}
-            elif k in _DATA:
+            elif k in DATA_KEYWORDS:
                 out[k] = v
             else:
                 out[k] = [walk(x, True) for x in v] if k == "allOf" and isinstance(v, list) else walk(v)

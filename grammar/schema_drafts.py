@@ -18,8 +18,9 @@ from typing import Any
 from radixlm.grammar.schema_merge import ASSERTIONS
 
 # Keywords whose values are data, and maps from names to sub-schemas.
-_DATA = frozenset({"enum", "const", "default", "examples", "example", "x-examples"})
-_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies"})
+# NOTE: keywords whose values are data, not schemas; keywords whose values map names to schemas
+DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "example", "x-examples"})
+SCHEMA_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies"})
 # Keywords that the validators apply inside another one (``then`` / ``else`` through ``if``,
 # ``exclusiveMinimum`` as a draft-4 boolean through ``minimum``, ...).
 _COMPANIONS = {"then": "if", "else": "if", "exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
@@ -74,9 +75,9 @@ def apply_dialect(root: Any) -> Any:
                 if isinstance(v, dict) and ('"$id"' in json.dumps(v) or '"$anchor"' in json.dumps(v)):
                     kept[f"x-ignored:{k}"] = walk(v)  # NOTE: still a $ref target (an $id inside)
                 continue
-            if k in _DATA:
+            if k in DATA_KEYWORDS:
                 out[k] = v
-            elif k in _MAPS and isinstance(v, dict):
+            elif k in SCHEMA_MAPS and isinstance(v, dict):
                 out[k] = {name: walk(sub) for name, sub in v.items()}
             else:
                 out[k] = walk(v)

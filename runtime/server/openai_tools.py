@@ -13,6 +13,7 @@ import re
 import uuid
 from typing import Any
 
+from radixlm.grammar.schema_drafts import DATA_KEYWORDS, SCHEMA_MAPS
 from radixlm.runtime.server.protocol import ResponseFormat, Tool, ToolChoiceFunction
 from radixlm.runtime.server.tokenizer_manager import RequestError
 
@@ -33,9 +34,6 @@ def response_format_schema(fmt: ResponseFormat | None) -> tuple[str | None, bool
     return json.dumps(fmt.json_schema.schema_ or {"type": "object"}), fmt.json_schema.strict is True
 
 
-_DATA_KEYS = ("enum", "const", "default", "examples")
-
-
 def rebase_refs(schema: Any, pointer: str) -> Any:
     """``schema`` to be placed at JSON pointer ``pointer`` (e.g. ``/properties/arguments``) of
     another document: its local ``$ref``s (``#/$defs/X``) become ``#<pointer>/$defs/X`` so they
@@ -50,9 +48,9 @@ def rebase_refs(schema: Any, pointer: str) -> Any:
     for k, v in schema.items():
         if k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
             out[k] = "#" + pointer + v[1:]
-        elif k in _DATA_KEYS:
+        elif k in DATA_KEYWORDS:
             out[k] = v
-        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas") and isinstance(v, dict):
+        elif k in SCHEMA_MAPS and isinstance(v, dict):
             out[k] = {name: rebase_refs(x, pointer) for name, x in v.items()}
         else:
             out[k] = rebase_refs(v, pointer)
