@@ -3,15 +3,17 @@
 :func:`canonical_refs` rewrites every ``$ref`` of a schema (local pointers, ``$defs`` /
 ``definitions``, ``$anchor`` / draft-4 ``id`` anchors, references relative to a nested ``$id``)
 into one canonical form, ``ROOT_URI#/json/pointer`` into the root document, so that the rest of
-the converter only ever follows plain JSON pointers. References to other documents raise
-:class:`GrammarError` (nothing is fetched).
+the converter only ever follows plain JSON pointers. References to other documents are never
+fetched: they are replaced by sound approximations (:mod:`radixlm.grammar.schema_remote`: the
+parts of the schema that need them are never produced). A reference into the document itself
+that does not resolve (``#/definitions/nope``, an unknown anchor) is a :class:`GrammarError`.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote, unquote, urljoin
+from urllib.parse import quote, unquote, urldefrag, urljoin
 
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
@@ -65,10 +67,15 @@ def root_base(root: Any) -> str:
 
 
 def canonical_refs(root: Any) -> Any:
-    """A copy of ``root`` whose ``$ref`` values are all ``ROOT_URI#/pointer``.
+    """A copy of ``root`` whose ``$ref`` values are all ``ROOT_URI#/pointer`` (or ``x-bool:true`` /
+    ``x-bool:false`` for boolean targets); ``$ref``s to other documents (the reference resolved
+    against the base ``$id`` names a document that neither the root nor an embedded ``$id``
+    declares) are approximated soundly (:func:`radixlm.grammar.schema_remote.approximate`, one
+    logged warning naming them).
 
     Raises:
-        GrammarError: a ``$ref`` that does not resolve inside the document (remote references).
+        GrammarError: a ``$ref`` into the document itself that does not resolve, an invalid
+            ``$ref``, or a schema that accepts nothing without its remote documents.
     """
     if not isinstance(root, dict):
         return root
@@ -81,6 +88,8 @@ def canonical_refs(root: Any) -> Any:
     # NOTE: up to draft 7 a $ref hides its siblings, $id included: it does not move the base URI
     ref_alone = _specification(root).name in ("draft-03", "draft-04", "draft-06", "draft-07")
     resolvers: dict[str, Any] = {}
+    documents = _documents(root, registry, draft4)
+    remote: list[str] = []
 
     def target(ref: str, base: str) -> Any:
         resolver = resolvers.get(base)
@@ -89,8 +98,11 @@ def canonical_refs(root: Any) -> Any:
         try:
             return resolver.lookup(ref).contents
         except Unresolvable:
-            raise GrammarError(f"$ref {ref!r} does not resolve within the schema (remote references "
-                               "are not fetched)") from None
+            uri = urljoin(base, ref)
+            if urldefrag(uri)[0] in documents:
+                raise GrammarError(f"$ref {ref!r} does not resolve within the schema") from None
+            remote.append(uri)
+            return _REMOTE
         except Exception as e:  # noqa: BLE001 - malformed references of every kind
             raise GrammarError(f"$ref {ref!r} is invalid: {e}") from None
 
@@ -109,7 +121,9 @@ def canonical_refs(root: Any) -> Any:
                 out[k] = {name: walk(sub, base) for name, sub in v.items()}
             elif k == "$ref" and isinstance(v, str):
                 got = target(v, base)
-                if isinstance(got, bool):
+                if got is _REMOTE:
+                    out[k] = "x-remote:" + remote[-1]
+                elif isinstance(got, bool):
                     out[k] = "x-bool:" + ("true" if got else "false")
                 elif id(got) in where:
                     out[k] = ROOT_URI + "#" + where[id(got)]
@@ -121,7 +135,37 @@ def canonical_refs(root: Any) -> Any:
                 out[k] = walk(v, base)
         return out
 
-    return walk(root, root_base(root))
+    out = walk(root, root_base(root))
+    if not remote:
+        return out
+    from radixlm.grammar.schema_remote import approximate
+
+    return approximate(out)
+
+
+_REMOTE = object()  # the target of a reference to another document (see canonical_refs)
+
+
+def _documents(root: Any, registry: Registry, draft4: bool) -> set[str]:
+    """The URIs (no fragment) of the documents the schema holds: the root's names and every
+    embedded ``$id`` (draft 4: ``id``) resolved against its parents', and ``""`` (same document)."""
+    found = {"", ROOT_URI, root_base(root)} | {urldefrag(u)[0] for u in registry}
+
+    def walk(node: Any, base: str) -> None:
+        if isinstance(node, list):
+            for x in node:
+                walk(x, base)
+        elif isinstance(node, dict):
+            ident = node.get("$id", node.get("id") if draft4 else None)
+            if isinstance(ident, str) and not ident.startswith("#"):
+                base = urljoin(base, urldefrag(ident)[0])
+                found.add(base)
+            for k, v in node.items():
+                if k not in _DATA:
+                    walk(v, base)
+
+    walk(root, root_base(root))
+    return found
 
 
 def _index(node: Any, pointer: str, where: dict[int, str]) -> None:
