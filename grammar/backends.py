@@ -54,10 +54,18 @@ class Backend(ABC):
 
 
 class RadixBackend(Backend):
+    """radixlm's engine. ``separators``: how JSON separators may be written (see
+    :meth:`GrammarCompiler.compile_json_schema`); default ``"consistent"``: either
+    ``json.dumps`` style, the first separator fixing it, so jump-forward writes the rest."""
+
     name = "radixlm"
 
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, separators: str = "consistent") -> None:
         from radixlm.grammar.compiler import GrammarCompiler
+        from radixlm.grammar.json_separators import check_separators
+
+        check_separators(False, separators)
+        self.separators = separators
 
         self.compiler = GrammarCompiler(tokenizer, vocab_size=vocab_size)
         self.words = self.compiler.tokenizer_info.mask_words
@@ -67,7 +75,9 @@ class RadixBackend(Backend):
         if kind == "regex":
             return c.compile_regex(source)
         if kind == "json_schema":
-            return c.compile_json_schema(source, disable_additional_properties=disable_additional_properties)
+            # NOTE: serving writes consistent separators: jump-forward then writes them
+            return c.compile_json_schema(source, disable_additional_properties=disable_additional_properties,
+                                         separators=self.separators)
         if kind == "ebnf":
             return c.compile_ebnf(source)
         raise ValueError(f"unknown grammar kind {kind!r}")

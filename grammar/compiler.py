@@ -19,6 +19,7 @@ from radixlm.grammar.dfa_engine import DfaEngine
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_orders import SORTED_ORDERS
 from radixlm.grammar.json_schema import json_schema_to_ast
+from radixlm.grammar.json_separators import check_separators
 from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.token_index import RegionCache
 from radixlm.grammar.tokenizer_info import TokenizerInfo
@@ -125,7 +126,8 @@ class GrammarCompiler:
         return self._cached(key, lambda: self._dfa_grammar("choices", json.dumps(choices), alt(*(lit(c) for c in choices))))
 
     def compile_json_schema(self, schema: str | dict, *, any_whitespace: bool = False,
-                            disable_additional_properties: bool = False) -> CompiledGrammar:
+                            disable_additional_properties: bool = False,
+                            separators: str = "either") -> CompiledGrammar:
         """JSON conforming to ``schema`` (see :mod:`radixlm.grammar.json_schema` for the rules).
 
         Args:
@@ -139,11 +141,21 @@ class GrammarCompiler:
                 semantics (undeclared keys allowed where the schema is silent). A schema too
                 large to compile closed (alternatives the open form keeps apart as grammar
                 rules) compiles open instead, with a fresh budget, and logs a warning.
+            separators: how separators may be written without ``any_whitespace``: ``"either"``
+                (default: ``,`` or ``, `` and ``:`` or ``: `` at each one), ``"compact"``,
+                ``"spaced"``, or ``"consistent"`` (either style, fixed by the first separator
+                for the whole document, so jump-forward writes the later ones; about twice the
+                compile work; serving's default; a schema too large for it compiles with
+                ``"either"``). See :mod:`radixlm.grammar.json_separators`.
         Raises:
             GrammarError: invalid schema or an unsupported keyword (named in the message).
+            ValueError: an unknown ``separators``, or one other than ``"either"`` with
+                ``any_whitespace``.
         """
         text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False)
         closed = bool(disable_additional_properties)
+        check_separators(any_whitespace, separators)
+        style = separators
 
         def build() -> CompiledGrammar:
             try:
@@ -180,14 +192,15 @@ class GrammarCompiler:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
                 try:
                     with budget_share(DFA_SHARE):
-                        node, rules = json_schema_to_ast(schema, any_whitespace, closed=closed)
+                        node, rules = json_schema_to_ast(schema, any_whitespace, closed=closed, separators=style)
                         dfa = None if rules else dfa_from_ast(node, memo=False)
                 except GrammarError as e:
                     if not str(e).startswith(TOO_LARGE):
                         raise
                     # NOTE: one automaton for the whole schema is too large (copies of undeclared
                     # values, orders): the grammar keeps each piece apart (the Earley engine)
-                    node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True, closed=closed)
+                    node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True, closed=closed,
+                                                      separators=style)
                     dfa = None
                 if dfa is not None:
                     if dfa.start == 0:
@@ -199,19 +212,27 @@ class GrammarCompiler:
                 engine = EarleyEngine.from_rules(node, rules, self.tokenizer_info, self.regions)
                 return CompiledGrammar("json_schema", text, engine, self.tokenizer_info)
 
-        def build_closed() -> CompiledGrammar:
-            nonlocal closed
-            try:
-                return build_deep()
-            except GrammarError as e:
-                if not closed or not str(e).startswith(TOO_LARGE) or "(CPU time)" in str(e):
-                    raise
-                logger.warning("json_schema too large to compile with closed objects (%s): "
-                               "compiled with undeclared keys allowed", e)
-            closed = False
-            return build_deep()
+        def build_relaxed() -> CompiledGrammar:
+            # NOTE: too large as asked: the consistent separators go first (only whitespace is
+            # at stake), then the closed objects (with a warning: undeclared keys come back)
+            nonlocal closed, style
+            while True:
+                try:
+                    return build_deep()
+                except GrammarError as e:
+                    if not str(e).startswith(TOO_LARGE) or "(CPU time)" in str(e):
+                        raise
+                    if style == "consistent":
+                        logger.info("json_schema too large with consistent separators (%s): either style", e)
+                        style = "either"
+                    elif closed:
+                        logger.warning("json_schema too large to compile with closed objects (%s): "
+                                       "compiled with undeclared keys allowed", e)
+                        closed = False
+                    else:
+                        raise
 
-        return self._cached(("json_schema", text, any_whitespace, closed), build_closed)
+        return self._cached(("json_schema", text, any_whitespace, closed, separators), build_relaxed)
 
     def compile_ebnf(self, grammar: str, *, root: str = "root") -> CompiledGrammar:
         """A grammar in GBNF (rules ``name ::= ...``, SGLang's syntax) or lark syntax; ``root``

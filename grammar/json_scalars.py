@@ -284,3 +284,19 @@ def number_node(schema: dict, extra: dict, integer: bool) -> Node:
         d = _multiple_dfa(c, p)
         node = ("dfa", product(dfa_from_ast(node), d, "and"))
     return node
+
+
+BOUND_CLAMP = 10**40  # number bounds beyond +-10^40 are clamped to it (a sound restriction)
+
+
+def clamped_bounds(schema: dict) -> dict:
+    """``schema`` with a lower bound below ``-BOUND_CLAMP`` raised to it and an upper bound above
+    ``BOUND_CLAMP`` lowered to it (a sound restriction: a 309-digit bound such as
+    ``-1.79769e308`` is an automaton of thousands of states, a bound of 10^40 one of ~100)."""
+    out = None
+    for key, sign in (("minimum", -1), ("exclusiveMinimum", -1), ("maximum", 1), ("exclusiveMaximum", 1)):
+        v = schema.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v * sign > BOUND_CLAMP:
+            out = dict(schema) if out is None else out
+            out[key] = sign * BOUND_CLAMP
+    return schema if out is None else out

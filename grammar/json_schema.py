@@ -1,8 +1,9 @@
 """JSON Schema -> regex AST (non-recursive schemas) or grammar rules (recursive ``$ref``s).
 
 Output conventions (what a constrained model may write):
-- Whitespace: by default the separators of ``json.dumps`` (``", "`` / ``": "``) or compact ones
-  (``","`` / ``":"``), nothing else; ``any_whitespace=True`` allows up to ``MAX_WS`` JSON
+- Whitespace: the separators of ``json.dumps`` (``", "`` / ``": "``) or compact ones (``","`` /
+  ``":"``), nothing else, each in either style unless ``separators`` says otherwise
+  (:mod:`radixlm.grammar.json_separators`); ``any_whitespace=True`` allows up to ``MAX_WS`` JSON
   whitespace characters at every token boundary.
 - Objects: declared properties in any order when the object has at most ``ANY_ORDER_MAX`` (4) of
   them and the automaton of all orders stays small, else in schema order or with the required ones
@@ -57,15 +58,16 @@ import itertools
 import json
 from typing import Any
 
-from radixlm.grammar.ast import EMPTY, NOTHING, Node, Walk, alt, cat, char, chars, lit, opt, rep
+from radixlm.grammar.ast import EMPTY, NOTHING, Node, Walk, alt, cat, char, lit, opt, rep
 from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.budget import check_budget, compile_budget
 from radixlm.grammar.dfa_ops import exactly_one
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE, ContainerMixin
+from radixlm.grammar.json_separators import check_separators, separator_nodes, union_of_styles
 from radixlm.grammar.json_lexical import ENUM_ORDERS_CHARS, NUMBER, string, value_literal
 from radixlm.grammar.json_orders import GrammarRetry as _Recursive
-from radixlm.grammar.json_scalars import number_node, string_node
+from radixlm.grammar.json_scalars import clamped_bounds, number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
 from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, types_of, unevaluated
@@ -75,26 +77,21 @@ from radixlm.grammar.schema_refs import canonical_refs
 from radixlm.grammar.schema_memo import ConvertOnce
 from radixlm.grammar.schema_rewrite import fold_discriminated, rewrite_conditionals
 
-MAX_WS = 20
 UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
 RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule of its own
 LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)
-BOUND_CLAMP = 10**40  # number bounds beyond +-10^40 are clamped to it (a sound restriction, see _clamped)
 
 
 class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
     """One conversion; see :func:`json_schema_to_ast`."""
 
-    def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool, closed: bool = False) -> None:
+    def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool, closed: bool = False,
+                 separators: str = "either") -> None:
         self.root = root
         self.grammar_mode = grammar_mode
         self.closed = closed  # NOTE: no undeclared keys where the schema is silent (json_schema_to_ast)
-        if any_whitespace:
-            ws = rep(chars((9, 10), (13, 13), (32, 32)), 0, MAX_WS)
-            self.comma, self.colon, self.inner = cat(ws, char(","), ws), cat(ws, char(":"), ws), ws
-        else:
-            self.comma, self.colon, self.inner = cat(char(","), opt(char(" "))), cat(char(":"), opt(char(" "))), EMPTY
+        self.comma, self.colon, self.inner = separator_nodes(any_whitespace, separators)
         self.rules: dict[str, Node] = {}
         self.recursive: set[str] = set()
         self.stack: list[str] = []
@@ -281,7 +278,7 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
         if t == "boolean":
             return _leaf(alt(lit("true"), lit("false")))
         if t in ("integer", "number"):
-            return self.leaf_rule(_leaf(number_node(_clamped(schema), extra, t == "integer")))
+            return self.leaf_rule(_leaf(number_node(clamped_bounds(schema), extra, t == "integer")))
         if t == "string":
             return self.leaf_rule(self.string_leaf(schema, extra))
         if t == "array":
@@ -317,19 +314,6 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
         return ("ref", name)
 
 
-def _clamped(schema: dict) -> dict:
-    """``schema`` with a lower bound below ``-BOUND_CLAMP`` raised to it and an upper bound above
-    ``BOUND_CLAMP`` lowered to it (a sound restriction: a 309-digit bound such as
-    ``-1.79769e308`` is an automaton of thousands of states, a bound of 10^40 one of ~100)."""
-    out = None
-    for key, sign in (("minimum", -1), ("exclusiveMinimum", -1), ("maximum", 1), ("exclusiveMaximum", 1)):
-        v = schema.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v * sign > BOUND_CLAMP:
-            out = dict(schema) if out is None else out
-            out[key] = sign * BOUND_CLAMP
-    return schema if out is None else out
-
-
 def _leaf(node: Node) -> Node:
     """A scalar value as an embedded DFA (memoized per process by its AST): an object built
     around it copies the DFA's states in bulk instead of determinizing them again (see
@@ -352,7 +336,8 @@ def parse_schema(schema: str | dict | bool) -> Any:
 
 
 def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
-                       grammar: bool = False, closed: bool = False) -> tuple[Node, dict[str, Node]]:
+                       grammar: bool = False, closed: bool = False,
+                       separators: str = "either") -> tuple[Node, dict[str, Node]]:
     """Convert a JSON Schema (within the current compile budget, see
     :mod:`radixlm.grammar.budget`).
 
@@ -361,6 +346,10 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
             automaton is too large: undeclared values are then any JSON value).
         closed: objects that declare (pattern) properties and are silent on additional /
             unevaluated ones take no undeclared keys (xgrammar's ``strict_mode``); a sound subset.
+        separators: ``"either"`` (default: every comma ``,`` or ``, ``, every colon ``:`` or
+            ``: ``), ``"compact"``, ``"spaced"`` or ``"consistent"`` (either style, the first
+            separator fixing it for the document; about twice the work): see
+            :mod:`radixlm.grammar.json_separators`. Only ``"either"`` with ``any_whitespace``.
     Returns:
         ``(root, rules)``: ``rules`` is empty for a non-recursive schema (``root`` is then a plain
         regex AST); otherwise ``root`` and the rules contain ``("ref", name)`` nodes.
@@ -368,9 +357,14 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
         GrammarError: invalid JSON or schema, an unsupported keyword (named in the message), or a
             schema too large for the compile budget.
     """
+    check_separators(any_whitespace, separators)
     with compile_budget():
         try:
-            return _convert(parse_schema(schema), any_whitespace, grammar, closed)
+            root = canonical_refs(apply_dialect(parse_schema(schema)))
+            if separators != "consistent":
+                return _convert(root, any_whitespace, grammar, closed, separators)
+            return union_of_styles(_convert(root, False, grammar, closed, "compact"),
+                                   _convert(root, False, grammar, closed, "spaced"))
         except GrammarError:
             raise
         except RecursionError:
@@ -379,21 +373,22 @@ def json_schema_to_ast(schema: str | dict | bool, any_whitespace: bool = False,
             raise GrammarError(f"invalid or unsupported schema ({type(e).__name__}: {e})") from None
 
 
-def _convert(root: Any, any_whitespace: bool, grammar: bool, closed: bool) -> tuple[Node, dict[str, Node]]:
-    root = canonical_refs(apply_dialect(root))
+def _convert(root: Any, any_whitespace: bool, grammar: bool, closed: bool,
+             separators: str) -> tuple[Node, dict[str, Node]]:
     try:
         if grammar:
             raise _Recursive(large=True)
-        conv = SchemaConverter(root, any_whitespace, grammar_mode=False, closed=closed)
+        conv = SchemaConverter(root, any_whitespace, grammar_mode=False, closed=closed, separators=separators)
         node = conv.node(root)
         if conv.walk.size(node) > MAX_REGEX_SIZE:
             raise _Recursive(large=True)
         return node, {}
     except _Recursive as e:
-        conv = SchemaConverter(root, any_whitespace, grammar_mode=True, closed=closed)
+        conv = SchemaConverter(root, any_whitespace, grammar_mode=True, closed=closed, separators=separators)
         conv.split_leaves = e.large
         node = conv.node(root)
         if not conv.rules:  # NOTE: the Earley engine needs a rule: the root value as one
             conv.rules["__root"] = node
             node = ("ref", "__root")
         return node, conv.rules
+

@@ -87,10 +87,10 @@ def test_too_large_closed_falls_back_to_open(monkeypatch, caplog) -> None:
 
     real = compiler_mod.json_schema_to_ast
 
-    def closed_too_large(schema, any_whitespace=False, grammar=False, closed=False):
+    def closed_too_large(schema, any_whitespace=False, grammar=False, closed=False, separators="either"):
         if closed:
             raise GrammarError("grammar too complex: compile budget of 1 work units exceeded while testing")
-        return real(schema, any_whitespace, grammar=grammar, closed=closed)
+        return real(schema, any_whitespace, grammar=grammar, closed=closed, separators=separators)
 
     monkeypatch.setattr(compiler_mod, "json_schema_to_ast", closed_too_large)
     comp, tok = load_compiler(DEFAULT_TOKENIZER), load_tokenizer(DEFAULT_TOKENIZER)
