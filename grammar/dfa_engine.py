@@ -45,12 +45,15 @@ class DfaEngine:
             except GrammarError:  # NOTE: compile budget spent: the rest is computed on first visit
                 self.eager = False
 
-    def mask_table(self, stop_row: np.ndarray, compute) -> MaskTable | None:
+    def mask_table(self, stop_row: np.ndarray, compute) -> MaskTable:
         """The grammar's :class:`MaskTable`: rows of the precomputed states (stop tokens added
-        where the DFA accepts), cold states left to their first visit through ``compute``; None
-        when the DFA is too large to precompute (then every mask is computed on first visit)."""
+        where the DFA accepts), cold states left to their first visit through ``compute``. A DFA
+        too large to precompute gets a table filled on first visit, the start state's row computed
+        now (every request's first step is a table hit)."""
         if not self.eager:
-            return None
+            table = MaskTable(stop_row.size, stop_row, compute)
+            table.row_ids([self.dfa.start])
+            return table
         masks = self.index.masks
         got = {s: masks[s] for s in self.hot.tolist()}
         return MaskTable.from_states(self.dfa.n_states, got, self.dfa.accept, stop_row, compute)

@@ -25,15 +25,16 @@ from radixlm.grammar.budget import budget_share
 from radixlm.grammar.cfg import CFG, lower
 from radixlm.grammar.earley import Chart
 from radixlm.grammar.earley_forced import ForcedBytes
-from radixlm.grammar.earley_walk import StackedDfas, TableWalker, distinct
-from radixlm.grammar.narrow_walk import TrieView, trie_view
+from radixlm.grammar.earley_walk import StackedDfas, TableWalker, distinct, narrow_states
 from radixlm.grammar.errors import GrammarError
-from radixlm.grammar.narrow_walk import pack_few
+from radixlm.grammar.mask_table import MaskTable
+from radixlm.grammar.narrow_walk import TrieView, pack_few, trie_view
 from radixlm.grammar.token_index import WIDE_NODES, DfaIndex, RegionCache, pack_tokens, walk_from
 from radixlm.grammar.tokenizer_info import TokenizerInfo
 
 Thread = tuple[int, int, int]
 _ROOT = np.zeros(1, dtype=np.int64)
+_NONE = np.zeros(0, dtype=np.int64)
 EAGER_TERMINAL_STATES = 4000  # terminal DFA states whose masks are computed at compile time
 EAGER_NARROW_STATES = 12_000  # ... and narrow states of larger terminals (see _eager_masks)
 EAGER_NARROW_SHARE = 0.25  # ... within this share of the compile budget left
@@ -82,8 +83,10 @@ class EarleyEngine(ForcedBytes):
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
         self.stacked = StackedDfas(self.terms, STACK_TERMINAL_STATES, STACK_STATES)
         self._crossing: dict[tuple, np.ndarray] = {}  # (t, q, spawned threads) -> crossing token ids
-        self._paths: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _walk_crossings
-        self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # see _root
+        self._paths: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # path id -> walk, see _walk_crossings
+        self._path_ids: dict[tuple, int] = {}
+        self._next_path = 0
+        self._roots: dict[tuple[int, int], tuple[int, int] | bool] = {}  # see _root
         self._bound_ids: dict[bytes, int] = {}
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
         self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
@@ -115,23 +118,11 @@ class EarleyEngine(ForcedBytes):
             with budget_share(EAGER_NARROW_SHARE):  # NOTE: never what the compile needs after
                 for idx in self.index:
                     if narrow > 0 and idx.trans.shape[0] - 1 > len(idx.masks):
-                        todo = self._narrow_states(idx, narrow)
+                        todo = narrow_states(idx, narrow, WIDE_NODES, EAGER_MID_LIVE)
                         idx.compute(todo)
                         narrow -= len(todo)
         except GrammarError:  # NOTE: compile budget spent: the rest on first visit
             pass
-
-    @staticmethod
-    def _narrow_states(idx: DfaIndex, limit: int) -> list[int]:
-        """Up to ``limit`` states of ``idx`` that its sparse walk serves: few trie nodes below their
-        first byte, or below their first two bytes when they have few live bytes (NOTE: testing the
-        two-byte count of every state costs more than the masks; wide states have many live
-        bytes). At most ``limit`` two-byte tests."""
-        states = np.arange(1, idx.trans.shape[0])
-        cheap = idx.cost[1:] < WIDE_NODES
-        out = states[cheap][:limit].tolist()
-        few = states[~cheap & (idx.n_live[1:] <= EAGER_MID_LIVE)][: limit - len(out)].tolist()
-        return out + [s for s in few if idx.cost2(s) < WIDE_NODES]
 
     @classmethod
     def from_rules(cls, root: Node, rules: dict[str, Node], info: TokenizerInfo, regions: RegionCache,
@@ -159,6 +150,13 @@ class EarleyEngine(ForcedBytes):
 
     def initial(self) -> EarleyState:
         return self._initial
+
+    def mask_table(self, stop_row: np.ndarray, compute) -> MaskTable:
+        """The grammar's :class:`MaskTable` (rows added on first visit through ``compute``), with
+        the initial state's row computed now: every request's first step is a table hit."""
+        table = MaskTable(self.words, stop_row, compute)
+        table.row_ids([self._initial])
+        return table
 
     def advance(self, state: EarleyState, data: bytes) -> EarleyState | None:
         """The state after ``data`` (None: refused), memoized per ``(state, data)``: a token met
@@ -203,20 +201,29 @@ class EarleyEngine(ForcedBytes):
     # --- masks ---------------------------------------------------------------------------------
 
     def mask(self, state: EarleyState) -> np.ndarray:
-        """Packed int32 ``[words]`` mask of ``state`` (stop tokens excluded): per thread, the
-        tokens staying inside its terminal (the terminal DFA's cached mask) and the tokens
-        crossing its end into the threads it spawns (cached per thread, see :meth:`_crossings`)."""
-        out = np.zeros(self.words, dtype=np.int32)
+        """Packed int32 ``[words]`` mask of ``state`` (stop tokens excluded; maybe a cached array
+        shared with other states: never write into it): per thread, the tokens staying inside
+        its terminal (the terminal DFA's cached mask) and the tokens crossing its end into the
+        threads it spawns (cached per thread, see :meth:`_crossings`)."""
+        parts: dict[int, np.ndarray] = {}  # NOTE: threads of other columns often share (t, q) masks
         for _, t, q in state.threads:
             idx = self.index[t]
             got = idx.masks.get(q)
             if got is None:
                 self._narrow_first_visit(t, q)
                 got = idx.mask(q)
-            out |= got
+            parts[id(got)] = got
         crossing = self._crossings(state.threads)
+        arrays = list(parts.values())
         if crossing:
-            out |= pack_tokens(np.concatenate(crossing), self.trie, self.words)
+            arrays.append(pack_tokens(np.concatenate(crossing), self.trie, self.words))
+        if not arrays:
+            return np.zeros(self.words, dtype=np.int32)
+        if len(arrays) == 1:
+            return arrays[0]
+        out = arrays[0] | arrays[1]
+        for a in arrays[2:]:
+            out |= a
         return out
 
     def _crossings(self, threads: frozenset[Thread]) -> list[np.ndarray]:
@@ -224,17 +231,19 @@ class EarleyEngine(ForcedBytes):
         those not cached computed together (:meth:`_walk_crossings`)."""
         got: list[np.ndarray] = []
         todo: dict[tuple, tuple[int, int, frozenset[Thread]]] = {}
+        roots, spawned, cache = self._roots, self._spawn, self._crossing
         for col, t, q in threads:
-            idx = self.index[t]
-            if q not in idx.bounds:
-                self._narrow_first_visit(t, q)
-            if not idx.boundary(q).size:
+            root = roots.get((t, q))
+            if root is None:
+                root = self._root(t, q)
+            if root is False:  # NOTE: no token ends the terminal from here
                 continue
-            more, _ = self.spawn(col, t)
+            more = spawned.get((col, t))
+            more = (more if more is not None else self.spawn(col, t))[0]
             if not more:
                 continue
-            key = (self._root(t, q), more)  # NOTE: depends on the column only through ``more``
-            hit = self._crossing.get(key)
+            key = (root, more)  # NOTE: depends on the column only through ``more``
+            hit = cache.get(key)
             if hit is None:
                 todo[key] = (t, q, more)
             elif hit.size:
@@ -247,14 +256,19 @@ class EarleyEngine(ForcedBytes):
             got.extend(v for v in new.values() if v.size)
         return got
 
-    def _root(self, t: int, q: int) -> tuple[int, int]:
-        """The path root of thread state ``(t, q)``: ``(-1, id of its boundary nodes)``. Walks and
-        crossings below a boundary depend on its nodes only, and the states of a counting chain
-        (a ``maxLength`` string) far from its end share one set of boundary nodes."""
+    def _root(self, t: int, q: int) -> tuple[int, int] | bool:
+        """The path root of thread state ``(t, q)``: ``(-1, id of its boundary nodes)``, False when
+        it has none (no token ends the terminal from there). Walks and crossings below a boundary
+        depend on its nodes only, and the states of a counting chain (a ``maxLength`` string) far
+        from its end share one set of boundary nodes."""
         got = self._roots.get((t, q))
         if got is None:
-            nodes = self.index[t].boundary(q).tobytes()
-            got = self._roots[(t, q)] = (-1, self._bound_ids.setdefault(nodes, len(self._bound_ids)))
+            idx = self.index[t]
+            if q not in idx.bounds:
+                self._narrow_first_visit(t, q)
+            nodes = idx.boundary(q)
+            got = (-1, self._bound_ids.setdefault(nodes.tobytes(), len(self._bound_ids))) if nodes.size else False
+            self._roots[(t, q)] = got
         return got
 
     def _walk_crossings(self, roots: dict[tuple, tuple[int, int, frozenset[Thread]]]) -> dict[tuple, np.ndarray]:
@@ -262,52 +276,53 @@ class EarleyEngine(ForcedBytes):
         tree at a time: every walk of a level not cached yet is done in one batch.
 
         NOTE: the walk below a boundary depends only on the terminal path that produced it (the
-        root's boundary nodes, see :meth:`_root`, then each spawned ``(terminal, start state)``), never on
-        Earley columns; columns only decide which threads are spawned. So walks are cached per
-        path and shared by every column, state and request of the grammar.
+        root's boundary nodes, see :meth:`_root`, then each spawned ``(terminal, start state)``),
+        never on Earley columns; columns only decide which threads are spawned. So walks are
+        cached per path (numbered: ``(parent path, t, q) -> id``, ids never reused) and shared by
+        every column, state and request of the grammar.
         """
         found: dict[tuple, list[np.ndarray]] = {key: [] for key in roots}
         frontier = [(key, key[0], self.index[t].boundary(q), more) for key, (t, q, more) in roots.items()]
+        pids, paths, spawned = self._path_ids, self._paths, self._spawn
         depth = 0
         while frontier and depth <= self.trie.max_depth:
-            walks = self._paths_for(frontier)
-            nxt = []
-            for key, path, _, threads in frontier:
+            level: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+            need: dict[int, tuple[np.ndarray, int, int]] = {}
+            subs = []
+            for key, parent, nodes, threads in frontier:
                 for col, t, q in threads:
-                    sub = path + (t, q)
-                    tokens, ends = walks[sub]
-                    if tokens.size:
-                        found[key].append(tokens)
-                    if ends.size:
-                        more, _ = self.spawn(col, t)
-                        if more:
-                            nxt.append((key, sub, ends, more))
+                    sub = pids.get((parent, t, q))
+                    if sub is None:
+                        sub = pids[(parent, t, q)] = self._next_path
+                        self._next_path += 1
+                    if sub not in level and sub not in need:
+                        hit = paths.get(sub)
+                        if hit is None:
+                            need[sub] = (nodes, t, q)
+                        else:
+                            level[sub] = hit
+                    subs.append((key, sub, col, t))
+            if need:
+                new = self._walk_paths(need)
+                if len(paths) + len(new) > CROSSING_CACHE:
+                    paths.clear()
+                    pids.clear()
+                paths.update(new)
+                level.update(new)
+            nxt = []
+            for key, sub, col, t in subs:
+                tokens, ends = level[sub]
+                if tokens.size:
+                    found[key].append(tokens)
+                if ends.size:
+                    more = spawned.get((col, t))
+                    more = (more if more is not None else self.spawn(col, t))[0]
+                    if more:
+                        nxt.append((key, sub, ends, more))
             frontier = nxt
             depth += 1
-        return {key: np.concatenate(parts) if parts else np.zeros(0, np.int64) for key, parts in found.items()}
-
-    def _paths_for(self, frontier: list) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-        """``(tokens, end nodes)`` of every walk one level below ``frontier`` (entries ``(root,
-        path, nodes, threads)``), from the path cache or walked now."""
-        out: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        need: dict[tuple, tuple[np.ndarray, int, int]] = {}
-        for _, path, nodes, threads in frontier:
-            for _, t, q in threads:
-                sub = path + (t, q)
-                if sub in out or sub in need:
-                    continue
-                hit = self._paths.get(sub)
-                if hit is None:
-                    need[sub] = (nodes, t, q)
-                else:
-                    out[sub] = hit
-        if need:
-            new = self._walk_paths(need)
-            if len(self._paths) + len(new) > CROSSING_CACHE:
-                self._paths.clear()
-            self._paths.update(new)
-            out.update(new)
-        return out
+        return {key: np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else _NONE
+                for key, parts in found.items()}
 
     def _walk_paths(self, need: dict[tuple, tuple[np.ndarray, int, int]]) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         """Walk below ``nodes`` in terminal ``t`` from state ``q`` for each ``need`` entry: the tokens

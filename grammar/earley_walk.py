@@ -28,6 +28,18 @@ def distinct(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
+def narrow_states(idx, limit: int, wide_nodes: int, mid_live: int) -> list[int]:
+    """Up to ``limit`` states of DfaIndex ``idx`` that its sparse walk serves: fewer than
+    ``wide_nodes`` trie nodes below their first byte, or below their first two bytes when they
+    have at most ``mid_live`` live bytes (NOTE: testing the two-byte count of every state costs
+    more than the masks; wide states have many live bytes). At most ``limit`` two-byte tests."""
+    states = np.arange(1, idx.trans.shape[0])
+    cheap = idx.cost[1:] < wide_nodes
+    out = states[cheap][:limit].tolist()
+    few = states[~cheap & (idx.n_live[1:] <= mid_live)][: limit - len(out)].tolist()
+    return out + [s for s in few if idx.cost2(s) < wide_nodes]
+
+
 class StackedDfas:
     """The small terminals' DFAs (``terms``: ByteDFAs; those of at most ``max_terminal`` states,
     up to ``max_states`` in all) stacked into one table (``trans`` int32 ``[n, 256]``, ``accept``

@@ -24,6 +24,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
+SPARE_ROWS = 64  # capacity past the rows of a table that grows on first visits (zero pages: free)
 MAX_TABLE_BYTES = 256 << 20  # per grammar; a larger table is cleared and refilled on demand
 DEVICE_TABLE_BYTES = 1 << 30  # device copies of all grammars together; least recently used go first
 _DEVICE_LRU: "OrderedDict[int, weakref.ref]" = OrderedDict()
@@ -50,13 +51,16 @@ class MaskTable:
         self._lock = threading.Lock()
         self._dense: np.ndarray | None = None  # int64 [n_states]: row of each DFA state (-1: not yet)
         self._missing = 0  # DFA states whose row is computed on first visit
-        self._reset_storage(np.asarray(stop_row, dtype=np.int32).reshape(1, words))
+        self._reset_storage(np.asarray(stop_row, dtype=np.int32).reshape(1, words), compute is not None)
 
-    def _reset_storage(self, rows: np.ndarray | Sequence[np.ndarray]) -> None:
+    def _reset_storage(self, rows: np.ndarray | Sequence[np.ndarray], grows: bool = False) -> None:
         """Start the table over with ``rows`` (int32 ``[n, words]``, or a list of ``[words]`` rows
-        written straight into the table: no stacked copy)."""
+        written straight into the table: no stacked copy); ``grows``: rows will be added on first
+        visits (capacity for SPARE_ROWS more, so the first visits do not copy the table to grow
+        it: a growth copies every row, ~50 µs to ms in the step that pays it)."""
         n = len(rows)
-        cap = max(16, 1 << int(np.ceil(np.log2(max(n, 1) + 1))))
+        spare = min(SPARE_ROWS, self.max_rows) if grows else 0
+        cap = max(16, 1 << int(np.ceil(np.log2(max(n + spare, 1) + 1))))
         # NOTE: zeros, not empty: the pages past the rows are never touched until rows are added
         self._np = np.zeros((cap, self.words), dtype=np.int32)
         if isinstance(rows, np.ndarray):
@@ -78,7 +82,8 @@ class MaskTable:
         flagged in bool ``[n]`` ``missing`` (their rows in ``masks`` are ignored) get their row
         from ``compute`` on first visit, then stay (never cleared)."""
         words = masks.shape[1]
-        table = cls(words, stop_row, compute)
+        table = cls(words, stop_row, None)
+        table._compute = compute
         full = masks.shape[0]
         if missing is not None and missing.any():
             present = np.nonzero(~missing)[0]
@@ -90,7 +95,7 @@ class MaskTable:
         order = np.argsort(first, kind="stable")
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
-        table._reset_storage(allrows[first[order]])
+        table._reset_storage(allrows[first[order]], missing is not None and bool(missing.any()))
         table._dense = rank[inverse.ravel()[1:]].astype(np.int64)
         if missing is not None and missing.any():
             dense = np.full(full, -1, dtype=np.int64)
@@ -109,7 +114,8 @@ class MaskTable:
         visit. Rows are deduplicated by identity: states sharing one mask array share a row
         (the token index hands out one array per distinct narrow mask)."""
         stop = np.asarray(stop_row, dtype=np.int32).reshape(-1)
-        table = cls(stop.size, stop, compute)
+        table = cls(stop.size, stop, None)
+        table._compute = compute
         rows = [stop, 0]  # NOTE: written into the table one by one (0: an all-zero row)
         acc_rows: list[int] = []
         dense = np.full(n_states, -1, dtype=np.int64)
@@ -128,7 +134,7 @@ class MaskTable:
                 else:
                     plain[id(m)] = (m, r)  # NOTE: holds m, so its id is never reused
             dense[s] = r
-        table._reset_storage(rows)
+        table._reset_storage(rows, bool((dense < 0).any()))
         if acc_rows:
             table._np[acc_rows] |= stop
         table._dense = dense
@@ -225,7 +231,7 @@ class MaskTable:
                                count=len(states))
 
     def _clear_lazy(self) -> None:
-        self._reset_storage(self._np[: self._fixed].copy())
+        self._reset_storage(self._np[: self._fixed].copy(), True)
 
     def rows_cpu(self) -> torch.Tensor:
         """int32 ``[n_rows, words]`` CPU view of the table (valid until rows are added)."""
@@ -240,8 +246,9 @@ class MaskTable:
         got = self._device.get(device)
         if got is not None and got[1] == self.n_rows:
             return got[0]
-        cap = self._np.shape[0]
-        if got is None or got[0].shape[0] < cap:
+        if got is None or got[0].shape[0] < self.n_rows:
+            # NOTE: sized by the rows, not the host capacity (which keeps spare rows, see SPARE_ROWS)
+            cap = max(16, 1 << int(np.ceil(np.log2(self.n_rows + 1))))
             dev = torch.empty((cap, self.words), dtype=torch.int32, device=device)
             lo = 0
         else:
