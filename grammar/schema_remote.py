@@ -9,11 +9,13 @@ the real schema accepts, whatever the remote document holds:
   ``$ref`` (its sibling keywords too) becomes ``false``, so that part is never produced;
 - negative positions (under ``not``; the polarity flips again under each nested ``not``): ``true``;
 - ``if`` holding one: positive ``then and else``, negative ``then or else`` (absent ones ``true``);
-- a ``oneOf`` branch holding one: positive, the other branches' ``oneOf`` and not the branch (its
-  over-approximation); negative, ``anyOf`` of over-approximated branches;
+- a ``oneOf`` holding one in a branch: positive, ``oneOf`` of the branches approximated from above
+  and ``anyOf`` of them approximated from below (the one branch that holds is the one from below:
+  exactly one branch of the original holds); negative, ``anyOf`` of the branches from above;
 - ``contains`` holding one beside ``maxContains``: the whole sub-schema ``false`` (``true`` when
   negative); ``unevaluatedProperties`` / ``unevaluatedItems`` beside an in-place rewrite that
-  could mark more values evaluated (an ``if`` above; when negative, any rewrite): likewise.
+  could mark more values evaluated (an ``if`` or ``oneOf`` above; when negative, any rewrite):
+  likewise.
 
 A local ``$ref`` whose target holds a remote one points to a copy of the target approximated in
 the reference's own polarity (under the root key :data:`TABLE`) unless the target's place in the
@@ -164,6 +166,12 @@ class _Approximator:
     def _remote_if(self, node: dict) -> bool:
         return self.has_remote(node.get("if"))
 
+    def _remote_choice(self, node: dict) -> bool:
+        """Whether :meth:`conv` rewrites an ``if`` or a ``oneOf`` of ``node`` (more branches may
+        then hold, marking more keys / items evaluated)."""
+        one_of = node.get("oneOf")
+        return self._remote_if(node) or (isinstance(one_of, list) and any(self.has_remote(b) for b in one_of))
+
     def _rewritten(self, node: dict) -> bool:
         """Whether :meth:`conv` drops or replaces keywords of ``node`` (not only deeper ones)."""
         ref = node.get("$ref")
@@ -186,7 +194,7 @@ class _Approximator:
         if isinstance(ref, str) and ref.startswith(REMOTE):
             return not positive
         if "unevaluatedProperties" in node or "unevaluatedItems" in node:
-            hazard = self._remote_if if positive else self._rewritten
+            hazard = self._remote_choice if positive else self._rewritten
             if self.reaches(node, hazard, set()):  # NOTE: evaluated keys could grow (see the module docstring)
                 return not positive
         if "maxContains" in node and self.has_remote(node.get("contains")):
@@ -224,16 +232,14 @@ class _Approximator:
             elif not any(s is True for s in sides):
                 extra.append({"anyOf": sides})
         if remote_one_of:
-            if positive:
-                kept = [self.plain(b, f"{src}/oneOf/{i}", None) for i, b in enumerate(one_of) if not self.has_remote(b)]
-                above = [self.conv(b, False, f"{src}/oneOf/{i}", None) for i, b in enumerate(one_of)
-                         if self.has_remote(b)]
-                if not kept or any(a is True for a in above):
+            if positive:  # NOTE: exactly one branch from above, one of them from below (see the module docstring)
+                below = [self.conv(b, True, f"{src}/oneOf/{i}", None) for i, b in enumerate(one_of)]
+                above = [self.conv(b, False, f"{src}/oneOf/{i}", None) if self.has_remote(b) else below[i]
+                         for i, b in enumerate(one_of)]
+                if all(b is False for b in below) or any(a is True and b is False for a, b in zip(above, below)):
                     return False
-                res["oneOf"] = kept
-                above = [a for a in above if a is not False]
-                if above:
-                    extra.append({"not": {"anyOf": above}})
+                res["oneOf"] = above
+                extra.append({"anyOf": below})
             else:
                 above = [self.conv(b, False, f"{src}/oneOf/{i}", None) for i, b in enumerate(one_of)]
                 if not any(a is True for a in above):

@@ -56,6 +56,13 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("oneOf branch", {"oneOf": [{"type": "object", "properties": {"a": {"$ref": R}}, "required": ["a"]},
                                 {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
      [{"b": 1}, {"b": 0, "c": "s"}], [{"a": 1, "b": 1}, {"a": 1}, {}, {"b": "x"}]),
+    ("oneOf branch from below", {"oneOf": [
+        {"type": "object", "properties": {"a": {"$ref": R}, "k": {"const": 1}}, "required": ["k"]},
+        {"type": "object", "properties": {"k": {"const": 2}, "b": {"type": "integer"}}, "required": ["k"]}]},
+     [{"k": 1}, {"k": 2}, {"k": 2, "b": 3}], [{"k": 1, "a": 1}, {"k": 3}, {}]),
+    ("oneOf bare remote branch from below", {"type": "object", "properties": {"p": {"type": "integer"}, "q": {
+        "oneOf": [{"anyOf": [{"$ref": R}, {"type": "string", "maxLength": 2}]}, {"type": "integer"}]}}},
+     [{"p": 1}, {"q": "ab"}], [{"q": 1}, {"q": "abc"}, {"q": None}]),
     ("not oneOf", {"type": "array", "items": {"type": "integer"},
                    "not": {"oneOf": [{"minItems": 3, "contains": {"$ref": R}}, {"maxItems": 1}]}},
      [[1, 2]], [[], [1], [1, 2, 3]]),
@@ -141,7 +148,8 @@ def test_remote_refs_token_by_token(vocab: str) -> None:
 def test_refused_rows_need_the_remote_document() -> None:
     """The approximation costs only what needs the remote document: some refused rows are valid
     for some remote document of :data:`DOCS`."""
-    needs = {"optional property": {"a": 1, "b": 1}, "anyOf branch": 1, "not": {"a": 1},
+    needs = {"optional property": {"a": 1, "b": 1}, "anyOf branch": 1, "not": {"a": 1}, "oneOf branch from below":
+             {"k": 1, "a": 1}, "oneOf bare remote branch from below": {"q": 1},
              "if/then/else": {"a": 1}, "oneOf branch": {"a": 1}, "recursive": {"r": 1}}
     for name, schema, _, refused in CASES:
         if name in needs:
