@@ -23,7 +23,7 @@ import hashlib
 import numpy as np
 
 from radixlm.grammar.budget import check_budget
-from radixlm.grammar.chain_share import share_by_depth, share_whole
+from radixlm.grammar.chain_batch import share_by_depth_batch, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
@@ -247,8 +247,8 @@ class DfaIndex:
 
     def _by_depth(self, s: int) -> bool:
         """Mask (and boundary nodes) of ``s`` from a known state matching it up to some token length,
-        the longer tokens walked (:func:`~radixlm.grammar.chain_share.share_by_depth`); else False."""
-        return share_by_depth(self, s, TALL_SHARE)
+        the longer tokens walked (for several copies at once: :mod:`~radixlm.grammar.chain_batch`)."""
+        return share_by_depth_batch(self, s, TALL_SHARE)
 
     def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one

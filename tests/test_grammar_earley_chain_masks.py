@@ -48,7 +48,7 @@ def shares(monkeypatch) -> list[int]:
     from radixlm.grammar import token_index
 
     got = [0, 0]
-    whole, by_depth = token_index.share_whole, token_index.share_by_depth
+    whole, by_depth = token_index.share_whole, token_index.share_by_depth_batch
 
     def count_whole(idx, s):
         ok = whole(idx, s)
@@ -61,7 +61,7 @@ def shares(monkeypatch) -> list[int]:
         return ok
 
     monkeypatch.setattr(token_index, "share_whole", count_whole)
-    monkeypatch.setattr(token_index, "share_by_depth", count_depth)
+    monkeypatch.setattr(token_index, "share_by_depth_batch", count_depth)
     return got
 
 
