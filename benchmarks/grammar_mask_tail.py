@@ -67,6 +67,16 @@ SPLIT = [
     ("radixlm.grammar.token_index", None, "pack_tokens"),
     ("radixlm.grammar.token_index", None, "share_by_depth"),
     ("radixlm.grammar.token_index", None, "share_whole"),
+    ("radixlm.grammar.token_index", None, "share_by_depth_batch"),
+    ("radixlm.grammar.token_index", None, "reference_state"),
+    ("radixlm.grammar.token_index", None, "pack_few"),
+    ("radixlm.grammar.token_index", None, "pair_costs"),
+    ("radixlm.grammar.token_index", None, "pair_cost"),
+    ("radixlm.grammar.token_index", "DfaIndex", "_region"),
+    ("radixlm.grammar.state_costs", "StateCosts", "fill"),
+    ("radixlm.grammar.narrow_walk", "NarrowWalker", "tokens"),
+    ("radixlm.grammar.narrow_walk", "NarrowWalker", "delta"),
+    ("radixlm.grammar.narrow_walk", "NarrowWalker", "__init__"),
 ]
 
 
