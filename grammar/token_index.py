@@ -114,19 +114,15 @@ class DfaIndex:
 
     def boundary(self, state: int) -> np.ndarray:
         """Trie nodes (not the root) after which the DFA, from ``state``, is accepting."""
-        got = self.bounds.get(state)
-        if got is None:
+        if state not in self.bounds:
             self.masks.pop(state, None)
             self.compute([state])
-            got = self.bounds[state]
-        return got
+        return self.bounds[state]
 
     def mask(self, state: int) -> np.ndarray:
-        got = self.masks.get(state)
-        if got is None:
+        if state not in self.masks:
             self.compute([state])
-            got = self.masks[state]
-        return got
+        return self.masks[state]
 
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
@@ -135,6 +131,9 @@ class DfaIndex:
         if todo:
             arr = np.asarray(todo, dtype=np.int64)
             cheap = (self.costs.fill(arr)[arr] < WIDE_NODES).tolist()
+            if self._shifts is not None:  # NOTE: a chain copy's mask before its two-byte cost (~25 µs)
+                pairs = [(q, c) for q, c in zip(todo, cheap) if c or not share_whole(self, q)]
+                todo, cheap = [q for q, _ in pairs], [c for _, c in pairs]
         if todo and len(todo) <= FEW_NARROW and self.accept is None:  # NOTE: see FEW_LIVE
             few = [s for s, c in zip(todo, cheap) if not c and self.costs.live_of(s) <= FEW_LIVE]
             if few and len(self._few(few)) < len(few):
