@@ -88,7 +88,7 @@ def canonical_refs(root: Any) -> Any:
     # NOTE: up to draft 7 a $ref hides its siblings, $id included: it does not move the base URI
     ref_alone = _specification(root).name in ("draft-03", "draft-04", "draft-06", "draft-07")
     resolvers: dict[str, Any] = {}
-    documents = _documents(root, registry, draft4)
+    documents: list[set[str]] = []  # NOTE: computed at the first reference that does not resolve
     remote: list[str] = []
 
     def target(ref: str, base: str) -> Any:
@@ -99,7 +99,9 @@ def canonical_refs(root: Any) -> Any:
             return resolver.lookup(ref).contents
         except Unresolvable:
             uri = urljoin(base, ref)
-            if urldefrag(uri)[0] in documents:
+            if not documents:
+                documents.append(_documents(root, registry, draft4))
+            if urldefrag(uri)[0] in documents[0]:
                 raise GrammarError(f"$ref {ref!r} does not resolve within the schema") from None
             remote.append(uri)
             return _REMOTE
