@@ -99,6 +99,7 @@ class TableWalker:
         ends: list[int] = []
         stack = [(n, q) for n in nodes]
         steps = 0
+        push, add_token, add_end = stack.append, tokens.append, ends.append
         while stack:
             node, s = stack.pop()
             cnt = cnt_[node]
@@ -110,26 +111,32 @@ class TableWalker:
                 if len(live) < cnt:
                     kids = view.kid_map(node)
                     steps += len(live)
-                    cands = [(kids[b], b) for b in live if b in kids]
-                else:
-                    lo = lo_[node]
-                    steps += cnt
-                    cands = [(c, byte_[c]) for c in range(lo, lo + cnt)]
-            else:
-                lo = lo_[node]
-                steps += cnt
-                cands = [(c, byte_[c]) for c in range(lo, lo + cnt)]
+                    if steps > budget:
+                        return None
+                    for b in live:  # NOTE: live bytes: every child found here is alive
+                        c = kids.get(b)
+                        if c is not None:
+                            ns = rows[base | b]
+                            tok = token_[c]
+                            if tok >= 0:
+                                add_token(tok)
+                            if acc[ns]:
+                                add_end(c)
+                            push((c, ns))
+                    continue
+            lo = lo_[node]
+            steps += cnt
             if steps > budget:
                 return None
-            for c, b in cands:
-                ns = rows[base | b]
+            for c in range(lo, lo + cnt):
+                ns = rows[base | byte_[c]]
                 if ns:
                     tok = token_[c]
                     if tok >= 0:
-                        tokens.append(tok)
+                        add_token(tok)
                     if acc[ns]:
-                        ends.append(c)
-                    stack.append((c, ns))
+                        add_end(c)
+                    push((c, ns))
         tok_arr = np.asarray(tokens, dtype=np.int64) if tokens else _EMPTY
         end_arr = np.asarray(sorted(set(ends)), dtype=np.int64) if ends else _EMPTY
         return tok_arr, end_arr
