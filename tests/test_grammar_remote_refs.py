@@ -31,7 +31,8 @@ ITEM = "https://example.com/item.json"  # what "item.json" means under the $id b
 DEFS = "https://example.com/defs.json"
 # What a remote document may hold: accepting everything, nothing, or some values.
 DOCS: list[Any] = [True, False, {}, {"type": "integer"}, {"type": "string"}, {"type": "object"},
-                   {"required": ["a"]}, {"not": {"type": "object"}}, {"type": "array", "minItems": 1}]
+                   {"required": ["a"]}, {"not": {"type": "object"}}, {"type": "array", "minItems": 1},
+                   {"properties": {"a": True}}]
 D = {"type": "object", "properties": {"r": {"$ref": R}, "x": {"type": "string"}}}
 
 # (name, schema, accepted instances, refused instances)
@@ -88,6 +89,9 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("unevaluatedProperties beside anyOf", {"type": "object", "anyOf": [
         {"$ref": R}, {"properties": {"a": {"type": "integer"}}, "required": ["a"]}], "unevaluatedProperties": False},
      [{"a": 1}], [{"a": 1, "b": 1}, {"b": 1}, {}]),
+    ("not unevaluatedProperties", {"type": "object", "properties": {"q": {"type": "integer"}, "p": {
+        "type": "object", "not": {"allOf": [{"$ref": R}], "unevaluatedProperties": False}}}},
+     [{"q": 1}], [{"p": {"a": 1}}, {"p": {}}]),
     ("dependentSchemas", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
                           "dependentSchemas": {"a": {"$ref": R}}}, [{"b": 1}, {}], [{"a": 1}, {"a": 1, "b": 1}]),
     ("recursive", {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}},
