@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterator
 
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.schema_drafts import DATA_KEYWORDS, SCHEMA_MAPS
 from radixlm.grammar.schema_refs import ROOT_URI, _escape, pointer_parts
@@ -132,6 +133,7 @@ class _Approximator:
         ``found``)."""
         if not isinstance(node, dict):
             return False
+        check_budget("approximating remote $refs", 2)
         ref = node.get("$ref")
         hit = isinstance(ref, str) and ref.startswith(REMOTE)
         if _local(ref) is not None:
@@ -156,6 +158,7 @@ class _Approximator:
         """Whether ``hit`` holds for ``node`` or a sub-schema applied in place (through local refs)."""
         if not isinstance(node, dict) or id(node) in seen:
             return False
+        check_budget("approximating remote $refs", 1)
         seen.add(id(node))
         if hit(node):
             return True
@@ -188,6 +191,7 @@ class _Approximator:
         ``out``: its pointer in the output when it is the same place, else None."""
         if not self.has_remote(node):
             return self.plain(node, src, out)
+        check_budget("approximating remote $refs", 3)
         if out == src:
             self.placed.add((src, positive))
         ref = node.get("$ref")
@@ -258,6 +262,7 @@ class _Approximator:
             return [self.plain(x, f"{src}/{i}", out and f"{out}/{i}") for i, x in enumerate(node)]
         if not isinstance(node, dict):
             return node
+        check_budget("approximating remote $refs", 3)
         if out == src:
             self.placed.add((src, None))
         res: dict = {}
