@@ -11,8 +11,9 @@ Each schema gets a fresh :class:`GrammarCompiler` (the tokenizer's vocabulary in
 a wall-clock alarm (``--timeout``; the compile's own work budget normally ends it first). Recorded:
 ``ok``, ``error`` (a :class:`GrammarError`, tallied by message head), ``crash`` (any other
 exception: a bug), ``timeout`` (a bug: compiles must be bounded), the compile's thread CPU time,
-and whether the compile tried to open a network connection (``$ref`` to a URL must be a clean
-GrammarError, never a fetch: every socket connect is refused and recorded while compiling).
+and whether the compile tried to open a network connection (a ``$ref`` to a URL compiles with a
+sound approximation (:mod:`radixlm.grammar.schema_remote`) or fails cleanly, never fetches: every
+socket connect is refused and recorded while compiling).
 
 Instances (``--formats``: JSON by default; YAML / TOML when they load to JSON data) are judged by
 ``jsonschema`` (the schema's own draft, formats not asserted), not by their folder: valid ones

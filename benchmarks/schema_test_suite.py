@@ -12,8 +12,9 @@ under a wall-clock alarm with every network connection refused (the helpers of
 ``schema_corpus_sweep.py``): ``ok``, ``error`` (a GrammarError, by message head), ``crash`` (any other
 exception: a bug), ``timeout`` (a bug). A draft-7 schema names no draft in the suite (its folder
 does): the harness adds ``$schema`` so that the draft's keywords apply. Groups that need remote
-documents (``refRemote.json``, ``http://localhost:1234`` refs) are tagged ``remote``: they must
-fail with a GrammarError, never a fetch. Per test: ``json.dumps(data)`` is walked token by token
+documents (``refRemote.json``, ``http://localhost:1234`` refs) are tagged ``remote``: they compile
+with sound approximations (:mod:`radixlm.grammar.schema_remote`) or fail with a GrammarError, never
+fetch. Per test: ``json.dumps(data)`` is walked token by token
 (:func:`radixlm.grammar.maskbench.run_instance`); the truth is the suite's ``valid`` flag
 (``jsonschema`` cross-checks it, formats not asserted; disagreements are listed). An invalid
 instance accepted is a soundness bug (``uniqueItems`` ones are marked: it is accepted, not

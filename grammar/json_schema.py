@@ -42,8 +42,12 @@ Output conventions (what a constrained model may write):
   not enforced (accepted as written). ``nullable`` (OpenAPI) is an annotation,
   as in JSON Schema validators.
 - Keywords apply in the draft ``$schema`` names (:mod:`radixlm.grammar.schema_drafts`); none: all.
-- ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative);
-  remote documents are never fetched.
+- ``$ref`` is resolved with ``referencing`` (local pointers, anchors, ``$id``-relative). Remote
+  documents are never fetched: a ``$ref`` to one is approximated soundly by polarity
+  (:mod:`radixlm.grammar.schema_remote`: ``false`` where it constrains positively, ``true`` under
+  ``not``; ``if`` / ``oneOf`` / ``maxContains`` / ``unevaluated*`` around one rewritten
+  conservatively), with a warning naming the refs; a schema that needs one at its root, or a
+  ``$ref`` into the document itself that does not resolve, is a GrammarError.
 - Compilation runs under a time budget (:mod:`radixlm.grammar.budget`); shared sub-schemas are
   converted once (memoized), large non-recursive schemas compile as grammars, and so does a schema
   whose single DFA is too large (``GrammarCompiler``: past ``MAX_DFA_STATES`` or ``DFA_SHARE`` of
