@@ -190,6 +190,29 @@ def _dominant(split: dict | None) -> str:
     return min(leaves, key=lambda k: split[k]) if leaves else max(split, key=split.get)
 
 
+def _cause(step: dict) -> str:
+    """A slow step's cause, from its tags and (``--split``) the functions it spent time in."""
+    sp = {k: v for k, v in (step["split"] or {}).items() if not k.startswith("#")}
+    share = lambda *names: sum(sp.get(n, 0.0) for n in names) / max(step["cpu"], 1e-9)  # noqa: E731
+    if not step["cold"]:
+        return "table hit" + (" + GC" if step["gc"] else "")
+    if step["at"] == 0:
+        return "first step (initial state)"
+    if share("token_index.share_by_depth", "token_index.share_by_depth_batch", "ShiftClasses.__init__") > 0.4:
+        return "maxLength chain copy near its end"
+    if step["kind"] == "Earley":
+        if "EarleyEngine._walk_crossings" in sp or "Chart._new_column" in sp:
+            return "Earley crossings (walks, new chart columns)" + (" + GC" if step["gc"] else "")
+        return "Earley terminal state" + (" + GC" if step["gc"] else "")
+    if "DfaIndex._single" in sp:
+        return f"{step['kind']} wide state off any cycle (full walk)"
+    if "DfaIndex._wide" in sp:
+        return f"{step['kind']} loop-region state (+ exits)"
+    if not sp:
+        return f"{step['kind']} first visit" + (" + GC" if step["gc"] else "")
+    return f"{step['kind']} narrow state" + (" + GC" if step["gc"] else "")
+
+
 def report(steps: list[dict], compiles: list[float]) -> None:
     """Print percentiles, then the make-up of the steps above the p98 (thread time)."""
     cpu = np.array([s["cpu"] for s in steps]) * 1e6
@@ -208,6 +231,7 @@ def report(steps: list[dict], compiles: list[float]) -> None:
         print("  first step of an instance:", sum(s["at"] == 0 for s in sel))
         print("  by dominant function:", dict(collections.Counter(_dominant(s["split"]) for s in sel).most_common(12)))
         print("  by schema:", collections.Counter(s["schema"] for s in sel).most_common(8))
+        print("  by cause:", dict(collections.Counter(_cause(s) for s in sel).most_common()))
         comp = np.array([s["compute"] for s in sel]) * 1e6
         rest = np.array([s["cpu"] - s["compute"] for s in sel]) * 1e6
         if sel:

@@ -33,6 +33,8 @@ def share_by_depth_batch(index, s: int, tall_share: int) -> bool:
     (a DfaIndex with shift classes), and the same for other copies of ``s``'s depth-``D`` class
     with no mask yet (nearest ones first, those after ``s`` before those before it). Returns
     False (nothing set) when no known state matches ``s``."""
+    if budget._current.get() is not None:  # NOTE: compiling (eager masks): one copy at a time
+        return share_by_depth(index, s, tall_share)
     shifts = index._shifts
     t, d = shifts.match_depth(s)
     if t < 0 or t not in index.masks or (index.accept is not None and t not in index.bounds):
@@ -41,8 +43,7 @@ def share_by_depth_batch(index, s: int, tall_share: int) -> bool:
     if tall_share * tall.n_nodes >= index.cost2(s):
         return False
     room = min(MAX_BATCH, BATCH_CELLS // max(tall.n_nodes, 1)) - 1
-    others = _copies(index, t, d, s, room) if tall.n_nodes <= BATCH_NODES and room > 0 and \
-        budget._current.get() is None else []
+    others = _copies(index, t, d, s, room) if tall.n_nodes <= BATCH_NODES and room > 0 else []
     if not others:
         return share_by_depth(index, s, tall_share)
     group = [s] + others
