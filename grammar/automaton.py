@@ -208,7 +208,13 @@ def dfa_from_ast(node: Node, memo: bool = True) -> ByteDFA:
     cached by the compiler: it would only push reusable sub-automata out of the memo).
     """
     try:
-        if not memo or _tree_size(node, {}) > MEMO_HASH_LIMIT:  # NOTE: hashing expands a shared DAG as a tree
+        if not memo:
+            raise TypeError
+        size = _tree_size(node, {})
+        # NOTE: the walk and the hash are work too, memo hit or not (a schema that asks for the
+        # same automata 10^5 times spent its CPU here, unseen by the budget)
+        check_budget("building an automaton", size // 2 + 4)
+        if size > MEMO_HASH_LIMIT:  # NOTE: hashing expands a shared DAG as a tree
             raise TypeError
         got = _MEMO.get(node)
     except (TypeError, RecursionError):  # NOTE: unhashable (never built here) or too deep: no memo

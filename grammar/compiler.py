@@ -156,8 +156,10 @@ class GrammarCompiler:
         closed = bool(disable_additional_properties)
         check_separators(any_whitespace, separators)
         style = separators
+        dfa_spent = [False]  # the first try's single DFA ran out of its share: the retry skips it
 
         def build() -> CompiledGrammar:
+            dfa_spent[0] = False
             try:
                 # NOTE: one budget for both tries: one CPU-time backstop, and the retry gets at
                 # least a plain compile's work units
@@ -191,12 +193,15 @@ class GrammarCompiler:
         def build_once() -> CompiledGrammar:
             with compile_budget():  # NOTE: a schema too large to compile in time is a GrammarError
                 try:
+                    if dfa_spent[0]:
+                        raise GrammarError(TOO_LARGE[1] + ": the single DFA already ran out (first try)")
                     with budget_share(DFA_SHARE):
                         node, rules = json_schema_to_ast(schema, any_whitespace, closed=closed, separators=style)
                         dfa = None if rules else dfa_from_ast(node, memo=False)
                 except GrammarError as e:
                     if not str(e).startswith(TOO_LARGE):
                         raise
+                    dfa_spent[0] = SORTED_ORDERS.get()
                     # NOTE: one automaton for the whole schema is too large (copies of undeclared
                     # values, orders): the grammar keeps each piece apart (the Earley engine)
                     node, rules = json_schema_to_ast(schema, any_whitespace, grammar=True, closed=closed,

@@ -8,6 +8,7 @@ from typing import Any
 
 from radixlm.grammar.ast import EMPTY, NOTHING, Node, alt, cat, char, cold, opt, rep
 from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import string_literal
@@ -33,6 +34,9 @@ RELAX_BUDGET = 2_000
 SORTED_BUDGET = 4 * ANY_ORDER_BUDGET  # objects (by AST size) that also take sorted keys
 PAIR_RULE_SIZE = 400  # in a grammar, a declared pair larger than this is a rule (orders share it)
 IMPLICIT_EXTRAS = os.environ.get("RADIXLM_JSON_EXTRAS", "1") != "0"
+
+
+OBJECT_PAIR_WORK = 48  # work units counted per declared pair of an object converted
 
 
 class ContainerMixin(ExtrasMixin):
@@ -182,6 +186,9 @@ class ContainerMixin(ExtrasMixin):
                 self.rules[name], kv, sizes[-1] = kv, ("ref", name), 1
             keys.append(k)
             entries.append((self._pair(kv), k in required))
+        # NOTE: each declared pair costs ~20-40 us of AST work (literal, orders, sizes) the
+        # automaton counters never see: 10^4 objects from dependencies cost 12 s unseen
+        check_budget("converting an object", OBJECT_PAIR_WORK * (len(entries) + 1))
         extra_kv = self._extra_pairs(props, pats, pat_dfas, addl, names)
         if addl is IMPLICIT:
             extra_kv = cold(extra_kv)  # NOTE: undeclared keys are rare in outputs: masks on first visit

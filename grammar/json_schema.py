@@ -74,12 +74,12 @@ from radixlm.grammar.json_orders import GrammarRetry as _Recursive
 from radixlm.grammar.json_scalars import clamped_bounds, number_node, string_node
 from radixlm.grammar.schema_checks import implied_types, valid_values
 from radixlm.grammar.schema_combinators import CombinatorMixin
-from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, types_of, unevaluated
+from radixlm.grammar.schema_merge import resolve_pointer
 from radixlm.grammar.schema_not import NotMixin, unchecked_error
 from radixlm.grammar.schema_drafts import apply_dialect
 from radixlm.grammar.schema_refs import canonical_refs
 from radixlm.grammar.schema_memo import ConvertOnce
-from radixlm.grammar.schema_rewrite import fold_discriminated, rewrite_conditionals
+from radixlm.grammar.schema_normalize import NormalizeMixin
 
 UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
 MAX_REGEX_SIZE = 200_000  # larger (as a tree) non-recursive schemas compile as grammars
@@ -87,7 +87,7 @@ RULE_SIZE = 2_000  # in a grammar, a $ref target larger than this becomes a rule
 LEAF_RULE_STATES = 400  # in a grammar, a scalar automaton larger than this too (see leaf_rule)
 
 
-class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
+class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin, NormalizeMixin):
     """One conversion; see :func:`json_schema_to_ast`."""
 
     def __init__(self, root: Any, any_whitespace: bool, grammar_mode: bool, closed: bool = False,
@@ -121,12 +121,15 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
         check_budget("converting the schema")
         key = self.merged_key(schema)
         if key is not None:  # NOTE: a $ref with siblings: converted once per distinct siblings
-            return self.shared(key, lambda: self.normalize(schema))
+            return self.shared(key, lambda: self.normalize(schema, expand=True))
         schema = self.normalize(schema)
         if not isinstance(schema, dict):
             return self.node(schema)
         if "$ref" in schema:
-            return self.ref(schema["$ref"])
+            key = self.merged_key(schema)
+            if key is None:
+                return self.ref(schema["$ref"])
+            return self.shared(key, lambda: self.normalize(schema, expand=True))
         if "x-any" in schema or "anyOf" in schema or "oneOf" in schema:
             return self.combinator(schema)
         for key in UNSUPPORTED:
@@ -177,6 +180,7 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
             if not self.grammar_mode:
                 raise _Recursive()
             return ("ref", ref)
+        self.check_merged_nesting(ref)
         self.stack.append(ref)
         try:
             out = self.node(target())
@@ -189,68 +193,6 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin):
             raise _Recursive(large=True)
         self.done[ref] = out
         return out
-
-    def normalize(self, schema: dict, chain: tuple = ()) -> Any:
-        """Resolve ``$ref`` with sibling assertions and flatten ``allOf`` into one schema; a ``$ref``
-        there to a schema of ``chain`` (those merged in place around this one) is False."""
-        chain += (id(schema),)
-        rounds = 0  # NOTE: per call (a $ref cycle through siblings loops here); the budget bounds the total
-        while True:
-            rounds += 1
-            check_budget("merging allOf / $ref", 2)
-            if rounds > 1_000:
-                raise GrammarError("$ref / allOf nesting too deep")
-            schema = rewrite_conditionals(schema, self._negatable)
-            rest = {k: v for k, v in schema.items() if k in ASSERTIONS}  # NOTE: others constrain nothing
-            if "$ref" in schema and len(rest) > 1:
-                ref = schema["$ref"]
-                if ref in self.stack:
-                    raise GrammarError("unsupported: $ref to a recursive definition with sibling keywords")
-                others = {k: v for k, v in schema.items() if k != "$ref"}
-                target = resolve_pointer(self.root, ref)
-                if isinstance(target, bool):
-                    schema = merge(target, others) if target else False
-                else:
-                    schema = merge(seal(target), others)  # NOTE: the $ref target's unevaluated* sees only it
-            elif "not" in schema or "not" in schema.get("x-all", {}):
-                schema = self.fold_nots(schema, defer=True)
-            elif "allOf" in schema:
-                branches = schema["allOf"]
-                if types_of(schema) == {"object"} and isinstance(branches, list):
-                    branches = fold_discriminated(branches)
-                out: Any = {k: v for k, v in schema.items() if k != "allOf"}
-                for b in branches:
-                    if isinstance(b, dict) and ("anyOf" in b or "oneOf" in b) and "properties" not in out:
-                        out["x-any-first"] = True  # the combinator's properties come first
-                    if isinstance(b, dict) and "$ref" in b:
-                        target = resolve_pointer(self.root, b["$ref"])
-                        if id(target) in chain:  # NOTE: in place, at the same location: no validator ends
-                            b = False
-                        elif b["$ref"] in self.stack:
-                            raise GrammarError("unsupported: allOf with a recursive $ref")
-                        else:
-                            b = self.normalize(b, chain) if len(b) > 1 else target
-                    if isinstance(b, dict) and "allOf" in b and unevaluated(out) and not unevaluated(b):
-                        # NOTE: the branch's in-place keywords are the parent's: its nots and ifs
-                        # are rewritten beside the parent's unevaluatedProperties (see guard)
-                        out = merge(out, {k: v for k, v in b.items() if k != "allOf"})
-                        if isinstance(out, dict):
-                            out["allOf"] = list(out.get("allOf", [])) + list(b["allOf"])
-                    else:
-                        if isinstance(b, dict) and "allOf" in b:
-                            # NOTE: flattened here, not after the later branches are merged: the
-                            # properties keep the order in which the schema lists them
-                            b = self.normalize(b, chain)
-                        out = merge(out, seal(b))
-                    if out is False:
-                        return False
-                    if out is True:
-                        out = {}
-                schema = out
-            else:
-                return schema
-            if not isinstance(schema, dict):
-                return schema
 
     def literal(self, value: Any, orders: bool = True) -> Node:
         return value_literal(value, self.comma, self.colon, self.inner, orders)

@@ -16,6 +16,7 @@ from radixlm.grammar.schema_oneof import exclusive_branches
 
 
 MAX_REF_CHAIN = 8  # $ref to $ref ... that ``_prepared`` follows
+MERGED_NESTING = 3  # see ``check_merged_nesting``
 
 
 def closed_over(branch: Any, late: dict) -> dict:
@@ -33,6 +34,14 @@ def closed_over(branch: Any, late: dict) -> dict:
         out["prefixItems"] = [True] * len(b.get("prefixItems", []))
         out["items"] = ui
     return out
+
+
+def _text_key(branch: dict) -> str | None:
+    """A memo name for a combinator branch: its canonical JSON text (None where not JSON)."""
+    try:
+        return "#branch&" + json.dumps(branch, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 class CombinatorMixin:
@@ -62,11 +71,10 @@ class CombinatorMixin:
         plain = not any(k in ASSERTIONS for k in rest)  # NOTE: unknown keywords constrain nothing
         merged = []
         keys: list[str | None] = []  # per branch: its memo name when it is a $ref merged with ``rest``
+        recursive = any(isinstance(b, dict) and b.get("$ref") in self.stack for b in branches)
         for b in branches:
             keys.append(None)
-            if isinstance(b, dict) and "$ref" in b and (plain or b["$ref"] in self.stack):
-                if not plain:
-                    raise GrammarError(f"unsupported: {kind} with a recursive $ref and sibling keywords")
+            if isinstance(b, dict) and "$ref" in b and plain:
                 merged.append(b)
                 continue
             if isinstance(b, dict) and ("$ref" in b or (late is None and not unevaluated(rest))):
@@ -76,7 +84,8 @@ class CombinatorMixin:
                 if isinstance(b, dict) and "$ref" in b and not plain:
                     # NOTE: the same target with the same siblings is converted once (a schema
                     # whose definitions combine each other this way grows exponentially inlined;
-                    # one that comes back to itself never ends)
+                    # one that comes back to itself never ends: a recursive target is inlined
+                    # once under this name, its own $refs staying references)
                     keys[-1] = self.merged_key({"$ref": b["$ref"], **rest}, bool(schema.get("x-any-first")))
                     b = resolve_pointer(self.root, b["$ref"])
             b = seal(b)  # NOTE: a branch's unevaluated* sees only the branch
@@ -101,6 +110,10 @@ class CombinatorMixin:
         if late is not None:
             merged = [merge(b, late) if isinstance(b, dict) else b for b in merged]
             keys = [None] * len(merged)
+        if recursive and not plain:
+            # NOTE: branches merged (narrowed) with a recursive target inlined meet this very
+            # combinator again inside it: named by their text, the same branch ends as a rule
+            keys = [k if k is not None or not isinstance(b, dict) else _text_key(b) for b, k in zip(merged, keys)]
         # NOTE: a contradictory branch (conditionals merged into each other: two discriminator
         # values at once) is dropped before it is expanded further
         return alt(*(self.node(b) if k is None else self.shared(k, lambda b=b: b)
@@ -120,7 +133,19 @@ class CombinatorMixin:
             text = json.dumps(rest, sort_keys=True)
         except (TypeError, ValueError):
             return None
-        return f"{ref}&{int(first)}{text}"
+        key = f"{ref}&{int(first)}{text}"
+        self.__dict__.setdefault("_merged_refs", {})[key] = ref
+        return key
+
+    def check_merged_nesting(self, key: str) -> None:
+        """Refuse a ``merged_key`` conversion nested in ``MERGED_NESTING`` others of the same
+        ``$ref`` (a recursion through ``$ref`` s with siblings whose siblings grow at each level:
+        a new name each time, never a rule) with a GrammarError, before it inlines further."""
+        names = self.__dict__.get("_merged_refs", {})
+        ref = names.get(key)
+        if ref is not None and sum(names.get(s) == ref for s in self.stack) >= MERGED_NESTING:
+            raise GrammarError(f"unsupported: allOf with a recursive $ref (or a $ref with siblings) "
+                               f"nested {MERGED_NESTING} levels with other siblings each time ({ref})")
 
     def _prepared(self, s: Any) -> Any:
         """``s`` with its top-level ``$ref`` resolved and ``allOf`` merged (``normalize``); None
@@ -157,3 +182,20 @@ class CombinatorMixin:
 
     def _string_dfa(self, s: dict) -> Any:
         return dfa_from_ast(string_node(s, s.get("x-all", {})))
+
+    def recursive_allof(self, out: dict, deferred: list) -> Any:
+        """The ``allOf`` whose ``$ref`` branches ``deferred`` name definitions being converted
+        (recursive), its other branches merged into ``out``: a ``$ref`` with siblings (the first
+        of them beside ``out``, the others in an ``allOf`` there). ``_node`` converts it under its
+        ``merged_key`` name: the target merged with the siblings once (exact: ``allOf`` of a
+        ``$ref`` and schemas is the ``$ref`` with those siblings), the target's own ``$ref`` s
+        staying references, so a recursion through this ``allOf`` meets the name again and ends
+        as a rule reference instead of inlining the target at every level."""
+        if "$ref" in out:
+            raise GrammarError("unsupported: allOf with a recursive $ref (beside another $ref)")
+        first, *others = deferred
+        siblings = {k: v for k, v in first.items() if k != "$ref"}
+        got = merge(out, {**siblings, "allOf": others} if others else siblings)
+        if got is False:
+            return False
+        return {**(got if isinstance(got, dict) else {}), "$ref": first["$ref"]}
