@@ -12,6 +12,7 @@ import numpy as np
 
 from radixlm.grammar.ast import NOTHING, Node, cat
 from radixlm.grammar.automaton import ByteDFA, _trim, dfa_from_ast, regex_ast
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.dfa_ops import minimize, product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_lexical import QUOTE, STRING_CHAR, encode_content, int_range, number_range, string
@@ -127,8 +128,26 @@ def counted_string(lo: int, hi: int | None) -> ByteDFA:
 
 
 def content_dfa(pattern: str, search: bool) -> ByteDFA:
-    """The JSON strings (with quotes, every encoding) whose decoded text matches ``pattern``."""
-    return dfa_from_ast(cat(QUOTE, regex_ast(pattern, search, encode=encode_content), QUOTE))
+    """The JSON strings (with quotes, every encoding) whose decoded text matches ``pattern``
+    (memoized per process: the returned DFA is shared, never to be modified)."""
+    key = (pattern, search)
+    got = _CONTENT_DFAS.get(key)
+    if got is not None:
+        check_budget("building an automaton", 2)
+        return got
+    # NOTE: the AST of a class over every encoding (\w, non-ASCII ranges) costs ~10 ms to build,
+    # before the automaton memo can find it: an object met again at each level of a deep schema
+    # rebuilt its patternProperties' ASTs unseen by the budget (flatpak: 1,451 times)
+    check_budget("building an automaton", 20 * len(pattern) + 50)
+    got = dfa_from_ast(cat(QUOTE, regex_ast(pattern, search, encode=encode_content), QUOTE))
+    if len(_CONTENT_DFAS) >= CONTENT_MEMO:
+        _CONTENT_DFAS.pop(next(iter(_CONTENT_DFAS)))
+    _CONTENT_DFAS[key] = got
+    return got
+
+
+CONTENT_MEMO = 512  # patterns' automata kept per process (oldest out first)
+_CONTENT_DFAS: dict[tuple[str, bool], ByteDFA] = {}
 
 
 def format_dfa(name: str) -> ByteDFA:

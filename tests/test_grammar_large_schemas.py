@@ -133,3 +133,18 @@ def test_automaton_memo_hits_are_counted() -> None:
         for _ in range(100):
             dfa_from_ast(node)
         assert budget.budget_spent() >= 100 * 20
+
+
+def test_pattern_automata_are_built_once_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pattern's automaton is built once per process (flatpak's patternProperties object, met at
+    each level of a deep schema, rebuilt a ~10 ms AST 1,451 times) and its building counts."""
+    from radixlm.grammar import json_scalars
+
+    monkeypatch.setattr(json_scalars, "_CONTENT_DFAS", {})
+    with budget.compile_budget(units=10_000_000):
+        first = json_scalars.content_dfa(r"^[\w\u00e9-\u4e00]+$", True)
+        spent = budget.budget_spent()
+        assert spent >= 50
+        assert json_scalars.content_dfa(r"^[\w\u00e9-\u4e00]+$", True) is first
+        assert budget.budget_spent() - spent < 10
+    assert first.matches('"ab\\u00e9"') and not first.matches('"a-b"')
