@@ -181,7 +181,12 @@ class NotMixin:
             return out
         if keys <= {"enum", "const"} or (keys == {"pattern"} or keys == {"type", "pattern"} and neg.get("type") == "string"):
             if "pattern" in keys:
-                banned = self.node({"type": "string", "pattern": neg["pattern"]})
+                # NOTE: an automaton, never a grammar's leaf rule (a large pattern in a grammar)
+                split, self.split_leaves = self.split_leaves, False
+                try:
+                    banned = self.node({"type": "string", "pattern": neg["pattern"]})
+                finally:
+                    self.split_leaves = split
             else:
                 vals = [neg["const"]] if "const" in neg else list(neg.get("enum", []))
                 if any(isinstance(v, float) or (isinstance(v, (int, float)) and not isinstance(v, bool)

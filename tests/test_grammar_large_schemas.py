@@ -148,3 +148,21 @@ def test_pattern_automata_are_built_once_and_counted(monkeypatch: pytest.MonkeyP
         assert json_scalars.content_dfa(r"^[\w\u00e9-\u4e00]+$", True) is first
         assert budget.budget_spent() - spent < 10
     assert first.matches('"ab\\u00e9"') and not first.matches('"a-b"')
+
+
+LARGE_NOT_PATTERN = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8, "not": {"pattern": "^[a-z]{3,450}$"}},
+    "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9]{2,450}$"}}}}
+
+
+def test_not_pattern_in_a_grammar_is_an_automaton() -> None:
+    """``not {pattern}`` in a schema converted as a grammar whose large scalars are leaf rules
+    (glazewm): the banned pattern stays an automaton ("rule reference '__leaf0' inside a regular
+    expression" before)."""
+    json_schema_to_ast(LARGE_NOT_PATTERN, grammar=True)
+    vocab = table_vocabularies()[0]
+    rows = [("not pattern", LARGE_NOT_PATTERN, [{"name": "ab"}, {"name": "abc1"}, {"tags": ["x1"]}],
+             [{"name": "abc"}, {"name": "abcdefgh1"}, {"tags": ["A"]}])]
+    check = schema_validator(LARGE_NOT_PATTERN)
+    assert all(check.is_valid(v) for v in rows[0][2]) and not any(check.is_valid(v) for v in rows[0][3])
+    assert not table_failures(load_compiler(vocab), load_tokenizer(vocab), rows)
