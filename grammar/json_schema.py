@@ -48,6 +48,12 @@ Output conventions (what a constrained model may write):
   ``not``; ``if`` / ``oneOf`` / ``maxContains`` / ``unevaluated*`` around one rewritten
   conservatively), with a warning naming the refs; a schema that needs one at its root, or a
   ``$ref`` into the document itself that does not resolve, is a GrammarError.
+- A ``$ref`` to a definition being converted (recursion) beside sibling keywords, as an ``allOf``
+  branch, or as an ``anyOf`` / ``oneOf`` branch beside the parent's keywords, converts under one
+  name (the ``$ref`` and its siblings: :meth:`CombinatorMixin.recursive_allof`): its target merged
+  once with the siblings, its own ``$ref`` s staying references, so the recursion ends as a rule
+  (exact). Siblings that grow at each level (a new name each time) are a GrammarError after
+  ``MERGED_NESTING`` levels.
 - Compilation runs under a time budget (:mod:`radixlm.grammar.budget`); shared sub-schemas are
   converted once (memoized), large non-recursive schemas compile as grammars, and so does a schema
   whose single DFA is too large (``GrammarCompiler``: past ``MAX_DFA_STATES`` or ``DFA_SHARE`` of
