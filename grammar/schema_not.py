@@ -7,6 +7,7 @@ from typing import Any
 
 from radixlm.grammar.ast import NOTHING, Node, alt
 from radixlm.grammar.automaton import dfa_from_ast
+from radixlm.grammar.budget import check_budget
 from radixlm.grammar.dfa_ops import product
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_containers import ANY_RULE
@@ -195,6 +196,9 @@ class NotMixin:
                 if not all(literal_exact(v) for v in vals):
                     raise GrammarError("unsupported JSON Schema keyword: 'not' (an enum / const array or object "
                                        "holding numbers or many keys)")
+                # NOTE: each literal and the difference below cost ~20 us, met 10^5 times in a
+                # schema whose conditionals multiply (template.json), unseen by the budget
+                check_budget("converting 'not'", 20 * len(vals) + 10)
                 banned = alt(*(self.literal(v) for v in vals))
             if banned == NOTHING:
                 return out

@@ -266,7 +266,7 @@ def test_pattern_times_length_is_charged_its_work_and_built_once() -> None:
     name = {"type": "string", "maxLength": 128,
             "pattern": "^[^\\.\\s\\\\/:\\*\\?\"<>\\|\\x01-\\x1f]{1,32}(\\.[^\\.\\s\\\\/:\\*\\?\"<>\\|\\x01-\\x1f]{1,32}){1,3}$"}
     schema = {"type": "object", "properties": {f"p{i}": dict(name) for i in range(6)}}
-    with compile_budget(units=600_000):
+    with compile_budget(units=610_000):  # NOTE: 599k, and ~2k for the pattern's AST (content_dfa)
         node, rules = json_schema_to_ast(schema, grammar=True)
     assert rules
 
