@@ -126,6 +126,8 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin, No
             raise GrammarError(f"a schema must be an object or a boolean, got {type(schema).__name__}")
         check_budget("converting the schema")
         key = self.merged_key(schema)
+        if key is not None and self.types_apart(schema):
+            return NOTHING
         if key is not None:  # NOTE: a $ref with siblings: converted once per distinct siblings
             return self.shared(key, lambda: self.normalize(schema, expand=True))
         schema = self.normalize(schema)
@@ -135,6 +137,8 @@ class SchemaConverter(ConvertOnce, ContainerMixin, NotMixin, CombinatorMixin, No
             key = self.merged_key(schema)
             if key is None:
                 return self.ref(schema["$ref"])
+            if self.types_apart(schema):
+                return NOTHING
             return self.shared(key, lambda: self.normalize(schema, expand=True))
         if "x-any" in schema or "anyOf" in schema or "oneOf" in schema:
             return self.combinator(schema)

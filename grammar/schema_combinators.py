@@ -11,7 +11,7 @@ from radixlm.grammar.automaton import dfa_from_ast
 from radixlm.grammar.errors import GrammarError
 from radixlm.grammar.json_scalars import string_node
 from radixlm.grammar.schema_checks import disjoint, unsatisfiable
-from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, unevaluated
+from radixlm.grammar.schema_merge import ASSERTIONS, merge, resolve_pointer, seal, types_of, unevaluated
 from radixlm.grammar.schema_oneof import exclusive_branches
 
 
@@ -86,6 +86,9 @@ class CombinatorMixin:
                     # whose definitions combine each other this way grows exponentially inlined;
                     # one that comes back to itself never ends: a recursive target is inlined
                     # once under this name, its own $refs staying references)
+                    if self.types_apart({"$ref": b["$ref"], **rest}):
+                        keys.pop()  # NOTE: accepts nothing (a oneOf holds without it too)
+                        continue
                     keys[-1] = self.merged_key({"$ref": b["$ref"], **rest}, bool(schema.get("x-any-first")))
                     b = resolve_pointer(self.root, b["$ref"])
             b = seal(b)  # NOTE: a branch's unevaluated* sees only the branch
@@ -136,6 +139,15 @@ class CombinatorMixin:
         key = f"{ref}&{int(first)}{text}"
         self.__dict__.setdefault("_merged_refs", {})[key] = ref
         return key
+
+    def types_apart(self, schema: dict) -> bool:
+        """Whether the ``type`` of a ``$ref`` 's target and that of its siblings share no instance
+        type (the pair accepts nothing: never expanded, see ``merged_key``)."""
+        target = resolve_pointer(self.root, schema["$ref"])
+        if not isinstance(target, dict):
+            return False
+        a, b = types_of(target), types_of(schema)
+        return a is not None and b is not None and not a & b
 
     def check_merged_nesting(self, key: str) -> None:
         """Refuse a ``merged_key`` conversion nested in ``MERGED_NESTING`` others of the same

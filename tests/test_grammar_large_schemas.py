@@ -37,6 +37,11 @@ ONEOF = {"$defs": {"e": {"type": "object", "properties": {"k": {"type": "integer
     "type": "object", "required": ["k"], "oneOf": [{"$ref": "#/$defs/e"}, {"properties": {"k": {"const": 0}}}]}},
     "additionalProperties": False}}, "$ref": "#/$defs/e"}
 
+# a recursive $ref branch whose type the parent's excludes (web-types' string beside an object)
+APART = {"$defs": {"t": {"type": "object", "properties": {"s": {
+    "type": "string", "oneOf": [{"$ref": "#/$defs/t"}, {"maxLength": 2}]}, "k": {"$ref": "#/$defs/t"}}}},
+    "$ref": "#/$defs/t"}
+
 CASES: list[tuple[str, Any, list, list]] = [
     ("allOf with a $ref to itself inside a branch", NODE,
      [{"name": "a"}, {"name": "a", "kids": []}, {"name": "a", "kids": [{"name": "b", "kids": [{"name": "c"}]}]}],
@@ -52,6 +57,8 @@ CASES: list[tuple[str, Any, list, list]] = [
     ("oneOf with a recursive $ref and sibling keywords", ONEOF,
      [{}, {"x": {"k": 1}}, {"x": {"k": 1, "x": {"k": 2}}}, {"k": 0, "x": {"k": 3, "x": {"k": -1}}}],
      [{"x": {"k": 0}}, {"x": {"k": "a"}}, {"x": {}}, {"y": 1}, {"x": {"k": 1, "x": {"k": 0}}}]),
+    ("recursive $ref branch of another type", APART, [{}, {"s": "ab"}, {"k": {"s": ""}}],
+     [{"s": "abc"}, {"s": {}}, {"k": {"s": {"s": "a"}}}]),
 ]
 
 
