@@ -182,3 +182,33 @@ def test_not_enum_literals_are_counted() -> None:
     with budget.compile_budget(units=10_000_000):
         json_schema_to_ast(schema)
         assert budget.budget_spent() >= 20 * 50
+
+
+def test_retry_skips_the_single_dfa_the_first_try_ran_out_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compile's second try (without sorted key orders) goes straight to the grammar when the
+    first try's single DFA ran out of its share (cloudify spent 1.3 s of its 6 s redoing it)."""
+    import radixlm.grammar.compiler as compiler_mod
+
+    calls: list[tuple[bool, bool, str]] = []
+    real = compiler_mod.json_schema_to_ast
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = real(*args, **kwargs)
+        except GrammarError as e:
+            calls.append((bool(kwargs.get("grammar")), compiler_mod.SORTED_ORDERS.get(), str(e)[:20]))
+            raise
+        calls.append((bool(kwargs.get("grammar")), compiler_mod.SORTED_ORDERS.get(), "ok"))
+        return out
+
+    monkeypatch.setattr(compiler_mod, "json_schema_to_ast", spy)
+    monkeypatch.setattr(budget, "DEFAULT_UNITS", 60_000)
+    schema = {"type": "object", "properties": {f"key{i}": {"type": "string", "maxLength": 3 + i} for i in range(14)}}
+    vocab = table_vocabularies()[0]
+    try:
+        load_compiler(vocab).compile_json_schema(schema)
+    except GrammarError:
+        pass
+    first_dfa = [c for c in calls if not c[0] and c[1]]
+    assert first_dfa and first_dfa[0][2].startswith("grammar too"), calls
+    assert not [c for c in calls if not c[0] and not c[1]], calls  # NOTE: no single DFA again
