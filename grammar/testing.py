@@ -61,3 +61,15 @@ def schema_table_tests(cases: list[tuple]) -> tuple:
         assert not failures, failures
 
     return agrees, token_by_token
+
+
+def dfa_states_along(dfa, text: bytes) -> list[int]:
+    """The states of ``dfa`` (a :class:`~radixlm.grammar.byte_dfa.ByteDFA`) after each byte of
+    ``text`` from its start, up to where it rejects ``text`` (the states a decode visits)."""
+    out, s = [], dfa.start
+    for b in text:
+        s = dfa.step(s, bytes([b]))
+        if not s:
+            break
+        out.append(s)
+    return out

@@ -14,6 +14,7 @@ from radixlm.grammar.automaton import regex_to_dfa
 from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, shared_data, tokenizer_available
 from radixlm.grammar.token_index import DfaIndex, RegionCache
 from radixlm.grammar.trie import TokenTrie
+from radixlm.grammar.testing import dfa_states_along
 
 CHAIN = r'"([^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,%d}"'  # a JSON string of bounded length
 
@@ -204,17 +205,6 @@ def test_python_delta_equals_delta_mask() -> None:
         assert np.array_equal(got, _brute(dfa, tokens, s, words)), (s, g)
 
 
-def _states_until_dead(dfa, text: bytes) -> list[int]:
-    """The states along ``text`` from the start, up to where the DFA rejects it (a chain's end)."""
-    out, s = [], dfa.start
-    for b in text:
-        s = dfa.step(s, bytes([b]))
-        if not s:
-            break
-        out.append(s)
-    return out
-
-
 @pytest.mark.parametrize("bounds", ["0,150", "30,150", "0,45"])
 def test_depth_limited_masks_equal_brute_force_synthetic(monkeypatch, bounds: str) -> None:
     """States near a chain's end or its ``minLength`` boundary match earlier copies only for the
@@ -231,7 +221,7 @@ def test_depth_limited_masks_equal_brute_force_synthetic(monkeypatch, bounds: st
     calls = []
     orig = index._by_depth
     monkeypatch.setattr(index, "_by_depth", lambda s: calls.append(orig(s)) or calls[-1])
-    states = _states_until_dead(dfa, ('"' + 'ab é\\n\\u00e9語xyz' * 14).encode())
+    states = dfa_states_along(dfa, ('"' + 'ab é\\n\\u00e9語xyz' * 14).encode())
     for order in (states, list(range(1, dfa.n_states))):
         for s in order:
             assert np.array_equal(index.mask(s), _brute(dfa, tokens, s, words)), s
@@ -246,7 +236,7 @@ def test_depth_limited_masks_equal_plain_walk_real_vocab() -> None:
     plain = DfaIndex(dfa.trans, trie, info.mask_words, RegionCache())
     plain._shifts = _Never()
     text = ('"' + 'The quick brown fox, é\\"語\\u00e9 ' * 4).encode()
-    for s in _states_until_dead(dfa, text):
+    for s in dfa_states_along(dfa, text):
         assert np.array_equal(fast.mask(s), plain.mask(s)), s
 
 

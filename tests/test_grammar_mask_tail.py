@@ -22,6 +22,7 @@ from radixlm.grammar.automaton import regex_to_dfa
 from radixlm.grammar.mask_table import MaskTable
 from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, tokenizer_available
 from radixlm.grammar.token_index import DfaIndex, RegionCache, pack_tokens, walk_from
+from radixlm.grammar.testing import dfa_states_along
 
 CHAIN = r'"([^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,%d}"'
 VOCABS = [v for v in (DEFAULT_TOKENIZER, "deepseek-llm") if tokenizer_available(v)]
@@ -35,16 +36,6 @@ def _plain(idx: DfaIndex, q: int) -> tuple[np.ndarray, np.ndarray]:
     return pack_tokens(tok[tok >= 0], idx.trie, idx.words), acc
 
 
-def _states(dfa, text: bytes) -> list[int]:
-    out, s = [], dfa.start
-    for b in text:
-        s = dfa.step(s, bytes([b]))
-        if not s:
-            break
-        out.append(s)
-    return out
-
-
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("accept", [False, True])
 def test_chain_copies_batched_equal_plain_walk(vocab: str, accept: bool, monkeypatch) -> None:
@@ -54,7 +45,7 @@ def test_chain_copies_batched_equal_plain_walk(vocab: str, accept: bool, monkeyp
     info = load_compiler(vocab).tokenizer_info
     dfa = regex_to_dfa(CHAIN % 160)
     text = ('"' + 'The quick brown fox, é\\"語\\u00e9 jumps over the lazy dog ' * 6).encode()
-    states = _states(dfa, text)
+    states = dfa_states_along(dfa, text)
     orders = (states, list(range(dfa.n_states - 1, 0, -1)))
     for order in orders:
         idx = DfaIndex(dfa.trans, info.trie, info.mask_words, RegionCache(), dfa.accept if accept else None)
