@@ -174,15 +174,21 @@ class Scheduler(PrefillAdmission):
         """True when nothing can be prefilled because every waiting request's grammar is still
         compiling: admission (priority order, prefix matches) is skipped then, so the loop that
         waits for the compile does not compete with it for the GIL. O(1) when some waiting
-        request is ready (the scan stops at it)."""
+        request is ready (the scan stops at it); each pending compile is polled once per call
+        (a burst of requests with one schema shares one future: one poll, not one per request)."""
         if not self.waiting or self.chunked_req is not None:
             return False
+        pending: set[int] = set()  # ids of futures seen not done in this call
         for req in self.waiting:
-            if req.grammar_future is None or req.grammar_matcher is not None or req.grammar_error is not None:
+            fut = req.grammar_future
+            if fut is None or req.grammar_matcher is not None or req.grammar_error is not None:
                 return False
+            if id(fut) in pending:
+                continue
             # NOTE: through grammar.poll, which tensor parallelism gates so that all ranks agree
             if self.grammar.poll(req) is not False:
                 return False
+            pending.add(id(fut))
         return not any(r.needs_extend for r in self.running)
 
     def _take_aborted(self) -> list[Req]:

@@ -167,6 +167,30 @@ def test_admission_is_skipped_while_every_waiting_grammar_compiles(tiny_llama, m
     assert calls and blocked.finished and "invalid grammar" in blocked.finish_reason["message"]
 
 
+def test_a_burst_waiting_on_one_compile_polls_it_once_per_step(tiny_llama, monkeypatch):
+    """Requests that share one grammar compile (a burst with one schema) cost one poll per step
+    while it runs, not one per request (the scan runs with the GIL the compile thread needs);
+    a compile that fails then ends every request waiting on it at the next step."""
+    from concurrent.futures import Future
+
+    sched = make_scheduler(tiny_llama)
+    shared, other = Future(), Future()
+    burst = [make_req(sched, i, SNIPPETS[i % 4]) for i in range(12)]
+    for i, req in enumerate(burst):
+        sched.add_request(req)
+        req.grammar_future = other if i == 5 else shared
+    polled = []
+    poll = sched.grammar.poll
+    monkeypatch.setattr(sched.grammar, "poll", lambda req: (polled.append(req.rid), poll(req))[1])
+    for _ in range(2):
+        polled.clear()
+        sched.step()
+        assert sorted(polled) == ["r0", "r5"] and all(r in sched.waiting for r in burst)
+    shared.set_exception(ValueError("unsupported keyword"))
+    sched.step()
+    assert [r.finished for r in burst] == [i != 5 for i in range(12)]
+
+
 def test_mixed_batches_cap_the_prefill_chunk_while_requests_decode(tiny_llama, alone):
     """While requests decode, a prompt is prefilled in mixed_chunk_size pieces (each running
     request's next token waits for that forward); alone, it takes chunked_prefill_size pieces.
