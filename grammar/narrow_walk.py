@@ -30,6 +30,18 @@ class TrieView:
         self.byte = memoryview(np.ascontiguousarray(trie.node_byte, dtype=np.int32))
         self.token = memoryview(np.ascontiguousarray(trie.node_token, dtype=np.int32))
         self._kids: dict[int, dict[int, int]] = {}
+        self._dups: dict[int, list[int]] | None = None
+        self._dup_src, self._dup_dst = trie.dup_src, trie.dup_dst
+
+    def dups(self) -> dict[int, list[int]]:
+        """``{token: its byte-duplicates}`` (built once)."""
+        got = self._dups
+        if got is None:
+            got = {}
+            for a, b in zip(self._dup_src.tolist(), self._dup_dst.tolist()):
+                got.setdefault(a, []).append(b)
+            self._dups = got
+        return got
 
     def kid_map(self, node: int) -> dict[int, int]:
         """``{byte: child}`` of ``node`` (cached)."""
@@ -149,6 +161,30 @@ class NarrowWalker:
             if steps > budget:
                 return None
         return out
+
+
+PY_PACK = 48  # token lists up to this long are set bit by bit in Python (see or_tokens)
+
+
+def or_tokens(base: np.ndarray | None, tokens: list[int], trie: TokenTrie, words: int) -> np.ndarray:
+    """int32 ``[words]``: ``base`` (int32 ``[words]``, or None: empty) with the bits of
+    ``tokens`` (primary token ids, repeats allowed) and their byte-duplicates set; a new array.
+    Up to ``PY_PACK`` tokens bit by bit in Python (a first visit runs cold code, where the ~15
+    numpy calls of :func:`pack_few` cost more than the loop), more through :func:`pack_few`."""
+    if len(tokens) > PY_PACK:
+        arr = np.unique(np.asarray(tokens, dtype=np.int64))
+        got = pack_few(arr, trie, words)
+        return got if base is None else base | got
+    out = np.zeros(words, dtype=np.int32) if base is None else base.copy()
+    bits = memoryview(out.view(np.uint32))
+    dups = trie_view(trie).dups()
+    for t in tokens:
+        bits[t >> 5] |= 1 << (t & 31)
+        more = dups.get(t)
+        if more is not None:
+            for u in more:
+                bits[u >> 5] |= 1 << (u & 31)
+    return out
 
 
 def pack_few(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SIG_CANDIDATES = 4  # shapes kept per first-row probe (see region_match.match_region)
+
 
 @dataclass
 class RegionEntry:
@@ -18,14 +20,21 @@ class RegionEntry:
     exit_nodes: np.ndarray  # trie nodes whose last byte leaves the region
     exit_from: np.ndarray  # canonical region state before that byte
     accept_nodes: np.ndarray  # nodes ending in an accepting region state (if accept was given)
+    codes: np.ndarray | None = None  # int16 [n, 256] canonical table (shapes without accept bits)
+    tree: tuple[list[int], list[int]] | None = None  # spanning tree (region_match.spanning_tree)
+    check: tuple | None = None  # flat positions inside / outside the region (region_match.build_entry)
+    exits: tuple | None = None  # (base mask, walk starts), see region_match.exit_parts
+    sig: int | None = None  # the probe it is indexed under (see RegionCache.register)
 
 
 class RegionCache:
-    """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape."""
+    """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape, with an
+    index of shapes by the signature of their first row (:mod:`radixlm.grammar.region_match`)."""
 
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity
         self.entries: OrderedDict[bytes, RegionEntry] = OrderedDict()
+        self.by_sig: dict[int, list[bytes]] = {}  # first-row probe -> shape keys, smallest first
         self.hits = self.misses = 0
         self._lock = threading.Lock()  # NOTE: compile threads and the scheduler share one cache
 
@@ -44,4 +53,40 @@ class RegionCache:
             self.misses += 1
             self.entries[key] = entry
             if len(self.entries) > self.capacity:
-                self.entries.popitem(last=False)
+                old_key, old = self.entries.popitem(last=False)
+                keys = self.by_sig.get(old.sig) if old.sig is not None else None
+                if keys is not None and old_key in keys:
+                    keys.remove(old_key)
+                    if not keys:
+                        del self.by_sig[old.sig]
+
+    def register(self, sig: int, key: bytes, entry: RegionEntry) -> None:
+        """Index shape ``key`` (its ``entry``, stored; with ``codes``) under the probe ``sig`` of
+        its first row (:func:`radixlm.grammar.region_match.row_probe`): the ``SIG_CANDIDATES`` smallest shapes per signature, smallest
+        first (a small shape is the cheapest to check, and a string body's own shape matches the
+        body in any context, whatever larger region the search would find there)."""
+        with self._lock:
+            entry.sig = sig
+            keys = self.by_sig.setdefault(sig, [])
+            if key in keys:
+                return
+            keys.append(key)
+            size = {k: (e.codes.shape[0] if (e := self.entries.get(k)) is not None else 1 << 30) for k in keys}
+            size[key] = entry.codes.shape[0]
+            keys.sort(key=size.__getitem__)
+            del keys[SIG_CANDIDATES:]
+
+    def hit(self, key: bytes) -> None:
+        """Shape ``key`` matched a state: mark it recently used."""
+        with self._lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                self.hits += 1
+
+    def candidates(self, sig: int) -> list[tuple[bytes, RegionEntry]]:
+        """``(key, entry)`` of the cached shapes indexed under ``sig`` (evicted ones skipped)."""
+        keys = self.by_sig.get(sig)
+        if not keys:
+            return []
+        entries = self.entries
+        return [(k, e) for k in list(keys) if (e := entries.get(k)) is not None]

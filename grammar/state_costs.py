@@ -13,6 +13,7 @@ import numpy as np
 
 from radixlm.grammar.trie import TokenTrie
 
+FEW_STATES = 4  # StateCosts.fill sums this few states one by one
 CHUNK = 256  # states per batch (bounds the [runs, 256] temporaries: ~7 runs per state)
 
 
@@ -71,6 +72,7 @@ class StateCosts:
     def __init__(self, trans: np.ndarray, byte_weight: np.ndarray) -> None:
         self.trans = trans
         self.weight = byte_weight.astype(np.float64)
+        self._weight = byte_weight.astype(np.int64)  # NOTE: the same sums, exact in either
         self._n_live = np.full(trans.shape[0], -1, dtype=np.int64)  # -1: not computed yet
         self._cost = np.full(trans.shape[0], -1, dtype=np.int64)
         self._all = False
@@ -79,7 +81,12 @@ class StateCosts:
         """Compute the entries of int64 ``states`` (duplicates allowed) not known yet; returns
         the int64 cost array (``[n_states]``; entries of states never asked about are -1)."""
         todo = states[self._cost[states] < 0]
-        if todo.size:
+        if 0 < todo.size <= FEW_STATES:
+            for s in todo.tolist():  # NOTE: einsum costs ~25 µs more in a cold first visit
+                live = self.trans[s] != 0
+                self._n_live[s] = np.count_nonzero(live)
+                self._cost[s] = self._weight[live].sum()
+        elif todo.size:
             live = self.trans[todo] != 0
             self._n_live[todo] = live.sum(axis=1)
             # NOTE: einsum, not a matmul: BLAS would spread this over its worker threads (exact:

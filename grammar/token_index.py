@@ -25,8 +25,9 @@ import numpy as np
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.chain_batch import share_by_depth_batch, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
-from radixlm.grammar.narrow_walk import NarrowWalker, pack_few
+from radixlm.grammar.narrow_walk import NarrowWalker, or_tokens, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
+from radixlm.grammar.region_match import build_entry, canonical_order, exit_parts, match_region, region_codes, register
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.state_costs import StateCosts, pair_cost, pair_costs
 from radixlm.grammar.token_delta import delta_mask, reference_state
@@ -127,6 +128,8 @@ class DfaIndex:
     def compute(self, states: list[int]) -> None:
         """Fill the cache for ``states`` (batched: restrictive ones in one sparse walk)."""
         todo = [s for s in dict.fromkeys(states) if s not in self.masks]
+        if todo and len(todo) <= FEW_NARROW and self.accept is None and self.regions.by_sig:
+            todo = [s for s in todo if not self._matched(s)]  # NOTE: a known region shape: no search
         cheap = []
         if todo:
             arr = np.asarray(todo, dtype=np.int64)
@@ -172,7 +175,7 @@ class DfaIndex:
                 if got is None:
                     got = seen[key] = pack_tokens(toks, self.trie, self.words)
                 self.masks[s] = got
-        pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        pending: list[tuple[int, RegionEntry, list[int]]] = []
         for s in wide:  # NOTE: in state order, so a chain's copies find the earlier ones registered
             if self._shifts is not None and self._shared(s):
                 continue
@@ -224,19 +227,47 @@ class DfaIndex:
             out = out | pack_few(np.asarray(live, dtype=np.int64), self.trie, self.words)
         return out
 
-    def _few_exits(self, s: int, internal: np.ndarray, exit_nodes: np.ndarray, e: np.ndarray) -> bool:
-        """Mask of region state ``s`` (see :meth:`_finish_exits`) by a Python walk below its exit
-        nodes; False when the walk was not narrow enough (nothing is set then)."""
+    def _matched(self, s: int) -> bool:
+        """Mask of ``s`` through a cached region shape found without a search
+        (:func:`~radixlm.grammar.region_match.match_region`); False (nothing set) when none fits."""
         if self._walker is None:
             self._walker = NarrowWalker(self.trans, self.trie)
-        live = e != 0
-        toks = self._walker.tokens(list(zip(exit_nodes[live].tolist(), e[live].tolist())))
+        rows = self._walker._rows
+        if rows is None:
+            return False
+        got = match_region(self.regions, self.trans, rows, s)
+        if got is None:
+            return False
+        entry, order = got
+        if not entry.exit_nodes.size:
+            self.masks[s] = entry.internal
+            return True
+        self._finish_exits([(s, entry, order)])
+        return True
+
+    def _few_exits(self, s: int, entry: RegionEntry, order: list[int]) -> bool:
+        """Mask of region state ``s`` (see :meth:`_finish_exits`) by a Python walk below its exit
+        nodes; False when the walk was not narrow enough (nothing is set then)."""
+        rows = self._walker._rows
+        if rows is None:
+            return False
+        base, merged, starts = exit_parts(entry, self.trie, self.words)
+        if merged is not None:
+            toks = merged.tokens(rows, order)
+        else:
+            toks = self._walker.tokens([(n, rows[(order[f] << 8) | b]) for n, f, b in starts])
         if toks is None:
             return False
-        own = self.trie.node_token[exit_nodes]
-        arr = np.unique(np.concatenate([own[own >= 0].astype(np.int64), np.asarray(toks, dtype=np.int64)]))
-        self.masks[s] = internal | pack_few(arr, self.trie, self.words)
+        self.masks[s] = or_tokens(base, toks, self.trie, self.words) if toks else base
         return True
+
+    def _scratch(self) -> np.ndarray:
+        """int64 ``[n_states]`` scratch of :func:`~radixlm.grammar.region_match.region_codes`."""
+        lut = self._lut  # NOTE: one array per index, the region's entries set and reset by users
+        if lut is None:
+            lut = self._lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
+            lut[0] = -2
+        return lut
 
     def _shared(self, s: int) -> bool:
         """Take the mask (and boundary nodes) of wide state ``s`` from a known state of its shift
@@ -249,22 +280,26 @@ class DfaIndex:
         the longer tokens walked (for several copies at once: :mod:`~radixlm.grammar.chain_batch`)."""
         return share_by_depth_batch(self, s, TALL_SHARE)
 
-    def _finish_exits(self, pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        """Masks of region states ``(s, internal mask, exit nodes, DFA states after them)``: one
+    def _finish_exits(self, pending: list[tuple[int, RegionEntry, list[int]]]) -> None:
+        """Masks of region states ``(s, region entry, s's region in canonical order)``: one
         batched walk below the exit nodes of all of them (the tokens leaving each region), or for
         a single one while serving, a Python walk (:mod:`radixlm.grammar.narrow_walk`)."""
         if len(pending) <= FEW_NARROW and self.accept is None:
+            if self._walker is None:
+                self._walker = NarrowWalker(self.trans, self.trie)
             pending = [p for p in pending if not self._few_exits(*p)]
             if not pending:
                 return
-        nodes = np.concatenate([p[2] for p in pending])
-        states = np.concatenate([p[3] for p in pending])
-        owner = np.repeat(np.arange(len(pending)), [p[2].size for p in pending])
-        src, below, st = walk_from(self.trans, self.trie, nodes, states, owner)
+        ex = [self.trans[np.asarray(o, dtype=np.int64)[en.exit_from], self.trie.node_byte[en.exit_nodes]].astype(np.int64)
+              for _, en, o in pending]
+        nodes = np.concatenate([en.exit_nodes for _, en, _ in pending])
+        owner = np.repeat(np.arange(len(pending)), [en.exit_nodes.size for _, en, _ in pending])
+        src, below, st = walk_from(self.trans, self.trie, nodes, np.concatenate(ex), owner)
         order = np.argsort(src, kind="stable")
         src, below, st = src[order], below[order], st[order]
         cuts = np.searchsorted(src, np.arange(len(pending) + 1)).tolist()
-        for i, (s, internal, exit_nodes, e) in enumerate(pending):
+        for i, ((s, entry, _), e) in enumerate(zip(pending, ex)):
+            internal, exit_nodes = entry.internal, entry.exit_nodes
             mine = below[cuts[i] : cuts[i + 1]]
             if self.accept is not None:
                 entry_acc = self.bounds.pop(s)
@@ -322,45 +357,23 @@ class DfaIndex:
                 self._shifts = ShiftClasses(ptr, col, dst, self.trie, self.accept)
             return self._single(s)
         # canonical numbering: BFS from s inside the region, targets in byte order.
-        inside = set(region)
-        canon = {s: 0}
-        order = [s]
-        run_ptr, run_dst, _ = self._runs
-        k = 0
-        while k < len(order):
-            q = order[k]
-            k += 1
-            for t in run_dst[run_ptr[q] : run_ptr[q + 1]].tolist():  # NOTE: in order of first byte
-                if t in inside and t not in canon:
-                    canon[t] = len(order)
-                    order.append(t)
-        table = self.trans[np.asarray(order, dtype=np.int64)].astype(np.int64)
-        lut = self._lut  # NOTE: one array per index, the region's entries set and reset here
-        if lut is None:
-            lut = self._lut = np.full(self.trans.shape[0], -1, dtype=np.int64)  # -1: exit
-            lut[0] = -2
-        lut[order] = np.arange(len(order))  # NOTE: canon[q] is q's index in order
-        codes = lut[table].astype(np.int16)
-        lut[order] = -1
-        states = np.asarray(order, dtype=np.int64)
-        acc_bits = self.accept[states] if self.accept is not None else None
+        order = canonical_order(s, set(region), *self._runs[:2])
+        codes = region_codes(self.trans, order, self._scratch())
+        acc_bits = self.accept[np.asarray(order, dtype=np.int64)] if self.accept is not None else None
         h = hashlib.blake2b(codes.tobytes(), digest_size=16)
         if acc_bits is not None:
             h.update(b"A" + acc_bits.tobytes())
         key = h.digest()
         entry = self.regions.get(key)
         if entry is None:
-            entry = self._region_entry(codes, acc_bits)
+            entry = build_entry(codes, acc_bits, self.trie, self.words)
             self.regions.put(key, entry)
-        if entry.exit_nodes.size == 0:
-            if self.accept is not None:
-                self.bounds[s] = entry.accept_nodes
-            return entry.internal
-        q = states[entry.exit_from]
-        e = self.trans[q, self.trie.node_byte[entry.exit_nodes]].astype(np.int64)
+            register(self.regions, key, entry)
         if self.accept is not None:
             self.bounds[s] = entry.accept_nodes
-        pending.append((s, entry.internal, entry.exit_nodes, e))
+        if entry.exit_nodes.size == 0:
+            return entry.internal
+        pending.append((s, entry, order))
         return None
 
     def _single(self, s: int) -> np.ndarray:
@@ -376,24 +389,3 @@ class DfaIndex:
             b = np.nonzero(self.accept[st] & (st != 0))[0]
             self.bounds[s] = b[b != 0]
         return pack_nodes(st != 0, self.trie, self.words)
-
-    def _region_entry(self, codes: np.ndarray, acc_bits: np.ndarray | None) -> RegionEntry:
-        n = codes.shape[0]
-        exit_state = n + 1
-        local = np.zeros((n + 2, 256), dtype=np.int32)
-        c = codes.astype(np.int32)
-        local[1 : n + 1] = np.where(c >= 0, c + 1, np.where(c == -1, exit_state, 0))
-        local[exit_state] = exit_state
-        st = dense_walk(local, self.trie, 1)
-        inside = (st >= 1) & (st <= n)
-        internal = pack_nodes(inside, self.trie, self.words)
-        par = st[self.trie.parent]
-        par[0] = 0
-        exits = np.nonzero((st == exit_state) & (par != exit_state))[0]
-        acc_nodes = np.zeros(0, np.int64)
-        if acc_bits is not None:
-            local_acc = np.zeros(n + 2, dtype=bool)
-            local_acc[1 : n + 1] = acc_bits
-            acc_nodes = np.nonzero(local_acc[st])[0]
-            acc_nodes = acc_nodes[acc_nodes != 0]
-        return RegionEntry(internal, exits.astype(np.int64), (par[exits] - 1).astype(np.int64), acc_nodes)
