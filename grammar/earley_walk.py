@@ -88,11 +88,12 @@ class TableWalker:
             got = self._live[q] = np.flatnonzero(self.trans[q]).tolist()
         return got
 
-    def walk(self, nodes: list[int], q: int, budget: int = STEP_BUDGET) -> tuple[np.ndarray, np.ndarray] | None:
+    def walk(self, nodes: list[int], q: int, budget: int = STEP_BUDGET,
+             leaves: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
         """Walk below each of ``nodes`` (trie node ids) from DFA state ``q``: ``(tokens, accept
         nodes)`` as :func:`~radixlm.grammar.trie_walks.walk_from` would find them (tokens int64,
         maybe repeated; accept nodes int64, sorted and distinct: live descendants where the DFA
-        accepts), or None past ``budget`` steps."""
+        accepts; with ``leaves`` False only those with children), or None past ``budget`` steps."""
         view, rows, acc = self.view, self.rows, self.acc
         lo_, cnt_, byte_, token_ = view.lo, view.cnt, view.byte, view.token
         tokens: list[int] = []
@@ -120,7 +121,7 @@ class TableWalker:
                             tok = token_[c]
                             if tok >= 0:
                                 add_token(tok)
-                            if acc[ns]:
+                            if acc[ns] and (leaves or cnt_[c]):
                                 add_end(c)
                             push((c, ns))
                     continue
@@ -134,7 +135,7 @@ class TableWalker:
                     tok = token_[c]
                     if tok >= 0:
                         add_token(tok)
-                    if acc[ns]:
+                    if acc[ns] and (leaves or cnt_[c]):
                         add_end(c)
                     push((c, ns))
         tok_arr = np.asarray(tokens, dtype=np.int64) if tokens else _EMPTY
