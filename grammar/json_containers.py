@@ -159,6 +159,8 @@ class ContainerMixin(ExtrasMixin):
         lo_p = int(s.get("minProperties", 0))
         hi_p = s.get("maxProperties")
         hi_p = None if hi_p is None else int(hi_p)
+        if hi_p is not None and hi_p < lo_p:
+            return NOTHING  # NOTE: no count fits (the extras would take the larger)
         entries, sizes, keys = [], [], []  # sizes: of each pair's AST (see _any_order)
         depth = self.obj_depth
         self.obj_depth = depth + 1
@@ -200,25 +202,35 @@ class ContainerMixin(ExtrasMixin):
             need = max(lo_p - c, 0)
             room = None if hi_p is None else hi_p - c
             if extra_kv == NOTHING or room == 0:
-                return EMPTY if need == 0 else NOTHING
+                return EMPTY if need == 0 and not (first and lead_free) else NOTHING
             if not counted:  # NOTE: one automaton copy of the pair: both uses continue into the loop
                 kv = ("share", (uid, "kv"), extra_kv)
                 loop = ("share", (uid, "loop"), rep(cat(self.comma, kv), 0, None))
-                return opt(cat(kv, loop)) if first else loop
+                if not first:
+                    return loop
+                return cat(kv, loop) if lead_free else opt(cat(kv, loop))  # NOTE: lead_free: no empty body (below)
             if not first:
                 return rep(cat(self.comma, extra_kv), need, room)
-            more = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
-            return opt(cat(extra_kv, more)) if need == 0 else cat(extra_kv, more)
+            tail = rep(cat(self.comma, extra_kv), max(need - 1, 0), None if room is None else room - 1)
+            return opt(cat(extra_kv, tail)) if need == 0 else cat(extra_kv, tail)
 
         # NOTE: undeclared pairs also between declared ones (uncounted objects; in the schema-order
-        # and sorted copies, json_extras), "$schema" first in the outermost object
+        # and sorted copies) and, in open objects, first (else "$schema" first in the outermost
+        # object): json_extras
         relax = SORTED_ORDERS.get()  # NOTE: off in a second compile of a schema too large with them
-        gap = self.gap_pairs(props, pats, pat_dfas, addl, names, 2 * n) if relax and not counted else None
-        lead = self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None
+        free = relax and IMPLICIT_EXTRAS and not self.closed and n > 0 and (hi_p is None or hi_p >= 1)
+        pair = self.undeclared_pair(props, pats, pat_dfas, addl, names) if relax and (free or not counted) else NOTHING
+        gap = self.gap_pairs(pair, 2 * n) if not counted else None
+        more, top = self.lead_pair(pair, (hi_p if hi_p is not None else max(lo_p, 1)) if counted else None) \
+            if free else (None, 0)
+        lead_free = more is not None and not counted  # NOTE: see below
+        lead = more if more is not None else (self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None)
 
-        def ordered(seq: list[tuple[Node, bool]], tag: int, lead: Node | None = None) -> Node:
+        def ordered(seq: list[tuple[Node, bool]], tag: int, led_by: int = 0) -> Node:
             """The body with the entries of ``seq`` in that order (each optional one may be
-            skipped), then the undeclared pairs; ``lead``: a pair written before them."""
+            skipped), then the undeclared pairs; ``led_by``: the body after that many pairs
+            written before them (a counted object led by undeclared pairs may take more, up to
+            ``top`` told apart)."""
             memo: dict[tuple[int, int], Node] = {}
 
             def rest(i: int, c: int) -> Node:  # properties i.. after c emitted (c >= 1)
@@ -243,7 +255,18 @@ class ContainerMixin(ExtrasMixin):
                 take = cat(kv, rest(i + 1, 1)) if hi_p is None or hi_p >= 1 else NOTHING
                 return take if req else alt(take, first(i + 1))
 
-            return cat(lead, rest(0, 1)) if lead is not None and (hi_p is None or hi_p >= 1) else first(0)
+            def chain(k: int) -> Node:  # counted: k undeclared pairs led, more may follow
+                if k < top:
+                    return alt(rest(0, k), cat(self.comma, more, chain(k + 1)))
+                if hi_p is None and k >= lo_p:  # NOTE: past minProperties more are not counted
+                    return cat(rep(cat(self.comma, more), 0, None), rest(0, k))
+                return rest(0, k)
+
+            if not led_by:
+                return first(0)
+            if hi_p is not None and hi_p < led_by:
+                return NOTHING
+            return chain(led_by) if counted and more is not None else rest(0, led_by)
 
         tails: dict[tuple[int, bool], Node] = {}
 
@@ -275,16 +298,23 @@ class ContainerMixin(ExtrasMixin):
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
         if alpha is not None:
-            # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold). Undeclared
-            # keys never come first: allowed there, they let a model open an object with a key
-            # of its own (greedy SmolLM2 on a tree schema wrote {"The tree is a small, ancient
-            # tree ...} instead of {"label": ...}).
+            # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold)
             body = alt(body, cold(ordered(alpha, 2)))
-        if lead is not None:  # NOTE: "$schema" first (outermost object), then in the orders above
+        if lead_free:
+            # NOTE: undeclared pairs first, each followed by a comma, then any non-empty body (built
+            # without its empty string, added back here): the body's automaton is shared, so after
+            # `{"x": 1, ` its states are those after `{` (one copy of the lead pair, cold)
+            # (two tuples per share: ``Walk.size`` counts a key once, an object by its id)
+            pair1, pair2 = (("share", (uid, "lead"), more) for _ in range(2))
+            leads = cat(pair1, self.comma, rep(cat(pair2, self.comma), 0, None))
+            empty = EMPTY if not any(req for _, req in entries) else NOTHING
+            body = alt(("share", (uid, "body"), body), empty, cold(cat(leads, ("share", (uid, "body"), body))))
+        elif lead is not None:  # NOTE: undeclared pairs (counted) or "$schema" first, then the orders above (cold)
             led = self._any_order(entries, sizes, shared_extras, uid, hi_p, offset=1,
                                   lead="lead" if counted else "join") if order_free else None
-            led = cat(lead, led) if led is not None else ordered(entries, 0, lead)
-            body = alt(body, cold(alt(led, ordered(alpha, 2, lead) if alpha is not None else NOTHING)))
+            if led is None or more is not None:  # NOTE: 2+ leading pairs: schema order
+                led = alt(led or NOTHING, ordered(entries, 0, 1))
+            body = alt(body, cold(cat(lead, alt(led, ordered(alpha, 2, 1) if alpha is not None else NOTHING))))
         if body == NOTHING:
             return NOTHING
         return ("scope", cat(char("{"), self.inner, body, self.inner, char("}")))

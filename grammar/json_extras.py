@@ -1,6 +1,6 @@
 """Undeclared properties of JSON Schema objects (a mixin of the schema converter): their key/value
-pairs, the value of an implicit additional property, and two bounded relaxations of where they
-may stand among the declared ones.
+pairs, the value of an implicit additional property, and bounded relaxations of where they may
+stand among the declared ones.
 
 - **Between declared properties** (``gap_pairs``): JSON Schema does not order properties, and
   hand-written instances put an undeclared key anywhere after the first one (``{"a": 1, "x": 2,
@@ -12,14 +12,23 @@ may stand among the declared ones.
   a schema compiled again without the extra orders (``SORTED_ORDERS``), undeclared pairs follow
   the declared ones only (the previous behaviour). The object calls it for its schema-order and
   sorted copies (not for the required-first one).
+- **First, in open objects** (``lead_pair``): instances open objects with undeclared keys too
+  (``{"_id": 1, "name": "x"}``; in drafts <= 7 a ``$ref`` hides its siblings, so their keys are
+  undeclared). Where undeclared keys are allowed and the conversion is not closed, an object with
+  declared properties may open with undeclared pairs (the pair of the gaps: same keys, an implicit
+  value nested at most ``GAP_DEPTH`` levels), then any non-empty body. Uncounted objects share
+  the body's automaton (one copy of the pair); counted ones tell the leading pairs apart up to
+  their bound (a copy per count within ``GAP_BUDGET``). Serving closes objects by default, so a
+  model there still opens an object with a declared key (open, greedy SmolLM2 once wrote
+  ``{"The tree is a small, ancient tree ...}`` for a tree schema).
 - **``"$schema"`` first in the outermost object** (``schema_lead``): configuration files name their
-  schema in a first ``"$schema"`` key. Where that key is undeclared and allowed (by
-  ``additionalProperties`` / ``patternProperties`` / ``propertyNames``), the outermost object may
-  open with it (an implicit value nested at most ``EXTRA_DEPTH`` levels), then continue as if
-  one pair had been written (a definition the outermost object
-  shares through ``$ref`` with inner objects takes it there too: sound, the key is allowed).
-  Only this literal key: an object never opens with a free undeclared key (a model would open
-  it with a key of its own).
+  schema in a first ``"$schema"`` key. Where no undeclared pair may open the object (a closed
+  conversion whose object allows the key explicitly, ``lead_pair`` over its budget) but that key
+  is undeclared and allowed (by ``additionalProperties`` / ``patternProperties`` /
+  ``propertyNames``), the outermost object may open with it (an implicit value nested at most
+  ``EXTRA_DEPTH`` levels), then continue as if one pair had been written (a definition the
+  outermost object shares through ``$ref`` with inner objects takes it there too: sound, the key
+  is allowed).
 """
 
 from __future__ import annotations
@@ -164,23 +173,55 @@ class ExtrasMixin:
             got = _EXTRA_VALUES[key] = inner
         return got
 
-    def gap_pairs(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any,
-                  positions: int) -> Node | None:
-        """Undeclared pairs that may stand before a declared pair (each after a comma, any
-        number, cold), or None where they do not fit ``GAP_BUDGET`` over ``positions`` copies or
-        no undeclared key is allowed."""
-        if positions == 0:
-            return None
-        kv = self._extra_pairs(props, pats, pat_dfas, addl, names, levels=GAP_DEPTH)
-        if kv == NOTHING:
-            return None
-        if self.grammar_mode:  # NOTE: one rule, referred to at every position
+    def undeclared_pair(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any) -> Node:
+        """One undeclared ``key: value`` pair for the places before declared pairs (between them,
+        first): an implicit value nested at most ``GAP_DEPTH`` levels (in a grammar any value);
+        NOTHING where no undeclared key is allowed. In a grammar the pair becomes one rule
+        (``__gapN``, on first use by :meth:`gap_pairs` / :meth:`lead_pair`) every place refers to."""
+        return self._extra_pairs(props, pats, pat_dfas, addl, names, levels=GAP_DEPTH)
+
+    def _gap_rule(self, pair: Node) -> Node:
+        """``pair`` as it is written at a place before declared pairs: itself in a regex, a
+        reference to one rule per pair in a grammar."""
+        if not self.grammar_mode:
+            return pair
+        memo = self.__dict__.setdefault("_gap_rule_memo", {})
+        got = memo.get(id(pair))
+        if got is None:
             name = f"__gap{len(self.rules)}"
-            self.rules[name] = kv
-            return rep(cold(cat(self.comma, ("ref", name))), 0, None)
-        if positions * self.walk.size(kv) > GAP_BUDGET:
+            self.rules[name] = pair
+            got = memo[id(pair)] = (pair, ("ref", name))  # NOTE: keeps ``pair`` alive (its id)
+        return got[1]
+
+    def gap_pairs(self, pair: Node, positions: int) -> Node | None:
+        """Undeclared pairs (``pair``, see :meth:`undeclared_pair`) that may stand before a
+        declared pair (each after a comma, any number, cold), or None where they do not fit
+        ``GAP_BUDGET`` over ``positions`` copies or no undeclared key is allowed."""
+        if positions == 0 or pair == NOTHING:
             return None
-        return rep(cold(cat(self.comma, kv)), 0, None)
+        if not self.grammar_mode and positions * self.walk.size(pair) > GAP_BUDGET:
+            return None
+        return rep(cold(cat(self.comma, self._gap_rule(pair))), 0, None)
+
+    def lead_pair(self, pair: Node, top: int | None) -> tuple[Node | None, int]:
+        """The undeclared pair that may open an open object (``pair``, see
+        :meth:`undeclared_pair`) and how many such pairs a counted object may open with before
+        its counts stop telling them apart: ``top`` asked (None for an uncounted object, whose
+        leading pairs loop over one copy), fewer where ``1 + 2 * top`` copies (a chain per count
+        in the schema-order and sorted bodies) are over ``GAP_BUDGET``. ``(None, 0)`` when that
+        leaves none or no undeclared key is allowed (the object then opens with a declared key,
+        or ``"$schema"``: a sound restriction)."""
+        if pair == NOTHING or top is not None and top < 1:
+            return None, 0
+        if not self.grammar_mode:
+            size = self.walk.size(pair)
+            if top is None and size > GAP_BUDGET:
+                return None, 0
+            if top is not None:
+                top = min(top, (GAP_BUDGET // size - 1) // 2)
+                if top < 1:
+                    return None, 0
+        return self._gap_rule(pair), top or 1
 
     def schema_lead(self, props: dict, pats: dict, pat_dfas: dict, addl: Any, names: Any) -> Node | None:
         """The pair ``"$schema": value`` that may open the outermost object (cold), or None where

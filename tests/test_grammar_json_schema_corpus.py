@@ -1,6 +1,6 @@
 """What the SchemaStore sweep (``benchmarks/schema_corpus_sweep.py``) found, on synthetic schemas
 (issue 12): object keys in sorted order (real documents are often written by a key-sorting
-formatter; undeclared keys never open an object, see ``json_extras``), each
+formatter; undeclared keys may open open objects, see ``json_extras``), each
 keyword applied only in the draft its ``$schema`` names, ``$ref`` siblings ignored in drafts 4 to
 7, remote references refused cleanly. Token by token on the default model's vocabulary (and
 ``llama-spm`` when ``$RADIXLM_SHARED_DATA`` has it); the table is checked against ``jsonschema``."""

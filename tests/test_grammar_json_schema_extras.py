@@ -2,8 +2,9 @@
 level), and ``"$schema"`` first in the outermost object (``grammar/json_extras.py``; issue
 12: SchemaStore documents name their schema in a first ``"$schema"`` key and put undeclared keys
 anywhere). Token by token on the default model's vocabulary; the table is checked against
-``jsonschema``. An object still never opens with a free undeclared key, and every undeclared pair
-still satisfies ``additionalProperties`` / ``patternProperties`` / ``propertyNames``."""
+``jsonschema``. Every undeclared pair still satisfies ``additionalProperties`` /
+``patternProperties`` / ``propertyNames`` (undeclared pairs first, in open objects:
+``tests/test_grammar_json_schema_lead.py``)."""
 
 from __future__ import annotations
 
