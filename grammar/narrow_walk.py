@@ -111,7 +111,8 @@ class NarrowWalker:
             for c, b in cands:
                 ns, ng = rows[bs | b], rows[bg | b]
                 if ns != ng:  # NOTE: equal (both dead included): the subtree agrees with g
-                    stack.append((c, ns, ng))
+                    if cnt_[c]:
+                        stack.append((c, ns, ng))
                     t = token_[c]
                     if t >= 0:
                         tokens.append(t)
@@ -146,18 +147,22 @@ class NarrowWalker:
                 for c in range(lo, lo + cnt):
                     r = rows[base | byte_[c]]
                     if r:
-                        stack.append((c, r))
-                        if token_[c] >= 0:
-                            out.append(token_[c])
+                        t = token_[c]
+                        if t >= 0:
+                            out.append(t)
+                        if cnt_[c]:  # NOTE: leaves need no visit of their own
+                            stack.append((c, r))
             else:
                 steps += len(live)
                 kids = view.kid_map(node)
                 for b in live:
                     c = kids.get(b)
                     if c is not None:
-                        stack.append((c, rows[base | b]))
-                        if token_[c] >= 0:
-                            out.append(token_[c])
+                        t = token_[c]
+                        if t >= 0:
+                            out.append(t)
+                        if cnt_[c]:
+                            stack.append((c, rows[base | b]))
             if steps > budget:
                 return None
         return out

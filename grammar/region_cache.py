@@ -27,6 +27,12 @@ class RegionEntry:
     sig: int | None = None  # the probe it is indexed under (see RegionCache.register)
 
 
+def match_cost(entry: RegionEntry) -> int:
+    """A first visit's work through ``entry`` (its rows checked, then its exit nodes walked
+    below), in arbitrary units: the order candidates are tried in."""
+    return 4 * entry.codes.shape[0] + entry.exit_nodes.size
+
+
 class RegionCache:
     """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape, with an
     index of shapes by the signature of their first row (:mod:`radixlm.grammar.region_match`)."""
@@ -34,7 +40,7 @@ class RegionCache:
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity
         self.entries: OrderedDict[bytes, RegionEntry] = OrderedDict()
-        self.by_sig: dict[int, list[bytes]] = {}  # first-row probe -> shape keys, smallest first
+        self.by_sig: dict[int, list[bytes]] = {}  # first-row probe -> shape keys, cheapest first
         self.hits = self.misses = 0
         self._lock = threading.Lock()  # NOTE: compile threads and the scheduler share one cache
 
@@ -62,18 +68,19 @@ class RegionCache:
 
     def register(self, sig: int, key: bytes, entry: RegionEntry) -> None:
         """Index shape ``key`` (its ``entry``, stored; with ``codes``) under the probe ``sig`` of
-        its first row (:func:`radixlm.grammar.region_match.row_probe`): the ``SIG_CANDIDATES`` smallest shapes per signature, smallest
-        first (a small shape is the cheapest to check, and a string body's own shape matches the
-        body in any context, whatever larger region the search would find there)."""
+        its first row (:func:`radixlm.grammar.region_match.row_probe`): the ``SIG_CANDIDATES``
+        cheapest shapes per probe, cheapest first (:func:`match_cost`: a small shape is quick to
+        check, and one with few exit nodes quick to walk on from; a string body's own shape
+        matches the body in any context, whatever larger region the search would find there)."""
         with self._lock:
             entry.sig = sig
             keys = self.by_sig.setdefault(sig, [])
             if key in keys:
                 return
             keys.append(key)
-            size = {k: (e.codes.shape[0] if (e := self.entries.get(k)) is not None else 1 << 30) for k in keys}
-            size[key] = entry.codes.shape[0]
-            keys.sort(key=size.__getitem__)
+            cost = {k: (match_cost(e) if (e := self.entries.get(k)) is not None else 1 << 60) for k in keys}
+            cost[key] = match_cost(entry)
+            keys.sort(key=cost.__getitem__)
             del keys[SIG_CANDIDATES:]
 
     def hit(self, key: bytes) -> None:

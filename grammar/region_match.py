@@ -33,7 +33,8 @@ from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk
 
 SELF, DEAD, ELSE = 1, 2, 0  # per-byte classes of a row's signature
-MERGE_NODES = 8192  # exit subtrees of a shape merged (ExitTrie) up to this many trie nodes
+MATCH_EXITS = 1024  # shapes with more exit nodes are not matched (register)
+MERGE_NODES = 2048  # exit subtrees of a shape merged (ExitTrie) up to this many trie nodes
 EXIT_BUDGET = 1200  # merged children a first visit's exit walk looks at before the numpy walk
 PROBES = (0x00, 0x0A, 0x20, 0x22, 0x2C, 0x30, 0x41, 0x5C, 0x61, 0x7B, 0x7D, 0x80, 0xC3, 0xE2, 0xF0, 0xFF)
 
@@ -138,8 +139,9 @@ def build_entry(codes: np.ndarray, acc_bits: np.ndarray | None, trie: TokenTrie,
 
 
 def register(regions: RegionCache, key: bytes, entry: RegionEntry) -> None:
-    """Make a shape's entry findable by :func:`match_region` (entries with a spanning tree only)."""
-    if entry.tree is not None:
+    """Make a shape's entry findable by :func:`match_region` (entries with a spanning tree and at
+    most ``MATCH_EXITS`` exit nodes: walking on below many costs more than the search saves)."""
+    if entry.tree is not None and entry.exit_nodes.size <= MATCH_EXITS:
         regions.register(codes_probe(entry.codes), key, entry)
 
 

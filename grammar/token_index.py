@@ -19,6 +19,7 @@ tokens only (the long ones walked: :mod:`radixlm.grammar.tall_trie`).
 from __future__ import annotations
 
 import hashlib
+import struct
 
 import numpy as np
 
@@ -203,11 +204,11 @@ class DfaIndex:
                 left.append(s)
                 continue
             check_budget("computing token masks", 8)
-            arr = np.sort(np.asarray(toks, dtype=np.int64))
-            key = arr.tobytes()  # NOTE: the batched path's key: both share one array per mask
+            toks.sort()  # NOTE: the batched path's key (sorted int64 bytes): both share one array per mask
+            key = struct.pack(f"={len(toks)}q", *toks)
             got = self._narrow.get(key)
             if got is None:
-                got = self._narrow[key] = pack_few(arr, self.trie, self.words)
+                got = self._narrow[key] = or_tokens(None, toks, self.trie, self.words)
             self.masks[s] = got
         return left
 
