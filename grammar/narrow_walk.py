@@ -131,10 +131,11 @@ class NarrowWalker:
         if rows is None:
             return None
         out: list[int] = []
-        stack = list(starts)
+        stack: list[int] = [x for pair in starts for x in pair]  # NOTE: node, state, ...: no tuples (GC)
         steps = 0
         while stack:
-            node, q = stack.pop()
+            q = stack.pop()
+            node = stack.pop()
             cnt = cnt_[node]
             if not cnt:
                 continue
@@ -151,7 +152,8 @@ class NarrowWalker:
                         if t >= 0:
                             out.append(t)
                         if cnt_[c]:  # NOTE: leaves need no visit of their own
-                            stack.append((c, r))
+                            stack.append(c)
+                            stack.append(r)
             else:
                 steps += len(live)
                 kids = view.kid_map(node)
@@ -162,7 +164,8 @@ class NarrowWalker:
                         if t >= 0:
                             out.append(t)
                         if cnt_[c]:
-                            stack.append((c, rows[base | b]))
+                            stack.append(c)
+                            stack.append(rows[base | b])
             if steps > budget:
                 return None
         return out

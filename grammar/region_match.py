@@ -227,9 +227,10 @@ class ExitTrie:
         steps = 0
         for f, b, root in self.roots:
             q = rows[(order[f] << 8) | b]
-            stack = [(root, q)] if q else []
+            stack = [root, q] if q else []  # NOTE: merged node, state, ...: no tuples (GC)
             while stack:
-                m, q = stack.pop()
+                q = stack.pop()
+                m = stack.pop()
                 base = q << 8
                 kids = kids_[m]
                 steps += len(kids)
@@ -238,7 +239,8 @@ class ExitTrie:
                     if r:
                         out += toks_[c]
                         if kids_[c]:
-                            stack.append((c, r))
+                            stack.append(c)
+                            stack.append(r)
             if steps > budget:
                 return None
         return out
