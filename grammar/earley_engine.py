@@ -42,6 +42,7 @@ EAGER_MID_LIVE = 16  # live bytes up to which a state past WIDE_NODES is tested 
 STACK_TERMINAL_STATES = 512  # terminals this small join the stacked table (see StackedDfas) ...
 STACK_STATES = 8192  # ... up to this many states in all (int32 [STACK_STATES, 256]: 8 MiB)
 PY_MASK_COST = 1500  # terminal states with fewer trie nodes below their live bytes: ... too
+OWN_CACHE = 2048  # cached ORs of terminal masks (see _own_mask; a row each)
 STEP_CACHE = 200_000  # memoized advances (and interned states) before the memos start over
 _UNSEEN = object()
 
@@ -86,6 +87,7 @@ class EarleyEngine(Crossings, ForcedBytes):
         self._next_path = 0
         self._roots: dict[tuple[int, int], tuple[int, int] | bool] = {}  # see _root
         self._inner: dict[tuple[int, int], np.ndarray] = {}  # see _inner_bounds
+        self._owned: dict[frozenset[int], tuple[np.ndarray, list[np.ndarray]]] = {}  # see _own_mask
         self._bound_ids: dict[bytes, int] = {}
         self._view: TrieView | None = None  # Python walks (see _py_walk), built on first use
         self._walkers: dict[int, TableWalker | None] = {}  # terminal (-1: stacked) -> walker
@@ -202,27 +204,45 @@ class EarleyEngine(Crossings, ForcedBytes):
     def mask(self, state: EarleyState) -> np.ndarray:
         """Packed int32 ``[words]`` mask of ``state`` (stop tokens excluded; maybe a cached array
         shared with other states: never write into it): per thread, the tokens staying inside
-        its terminal (the terminal DFA's cached mask) and the tokens crossing its end into the
-        threads it spawns (cached per thread, see :meth:`_crossings`)."""
+        its terminal (the terminal DFA's cached mask, OR-ed per set of ``(terminal, state)``, see
+        :meth:`_own_mask`) and the tokens crossing its end into the threads it spawns (cached
+        per thread, see :meth:`_crossings`)."""
+        own = self._own_mask(state.threads)
+        crossing = self._crossings(state.threads)
+        if not crossing:
+            return own if own is not None else np.zeros(self.words, dtype=np.int32)
+        packed = pack_tokens(np.concatenate(crossing), self.trie, self.words)
+        return packed if own is None else own | packed
+
+    def _own_mask(self, threads: frozenset[Thread]) -> np.ndarray | None:
+        """OR of the terminal masks of ``threads`` (None: no thread). A state's threads in other
+        columns often repeat one set of ``(terminal, state)`` pairs (a key position offers every
+        property's terminal at its start state at each object of a recursive schema): the OR of
+        three or more arrays is cached per set (bounded by OWN_CACHE entries)."""
         parts: dict[int, np.ndarray] = {}  # NOTE: threads of other columns often share (t, q) masks
-        for _, t, q in state.threads:
+        for _, t, q in threads:
             idx = self.index[t]
             got = idx.masks.get(q)
             if got is None:
                 self._narrow_first_visit(t, q)
                 got = idx.mask(q)
             parts[id(got)] = got
-        crossing = self._crossings(state.threads)
+        if len(parts) < 3:
+            arrays = list(parts.values())
+            return None if not arrays else arrays[0] if len(arrays) == 1 else arrays[0] | arrays[1]
+        # NOTE: keyed by the arrays' ids; an entry holds its arrays, so while it lives no other
+        # array can take one of those ids (equal keys: the very same arrays)
+        key = frozenset(parts)
+        hit = self._owned.get(key)
+        if hit is not None:
+            return hit[0]
         arrays = list(parts.values())
-        if crossing:
-            arrays.append(pack_tokens(np.concatenate(crossing), self.trie, self.words))
-        if not arrays:
-            return np.zeros(self.words, dtype=np.int32)
-        if len(arrays) == 1:
-            return arrays[0]
         out = arrays[0] | arrays[1]
         for a in arrays[2:]:
             out |= a
+        if len(self._owned) >= OWN_CACHE:
+            self._owned.clear()
+        self._owned[key] = (out, arrays)
         return out
 
     def _narrow_first_visit(self, t: int, q: int) -> None:
