@@ -39,6 +39,25 @@ EXIT_BUDGET = 1200  # merged children a first visit's exit walk looks at before 
 PROBES = (0x00, 0x0A, 0x20, 0x22, 0x2C, 0x30, 0x41, 0x5C, 0x61, 0x7B, 0x7D, 0x80, 0xC3, 0xE2, 0xF0, 0xFF)
 
 
+def within(s: int, ptr: np.ndarray, nbrs: np.ndarray, adj: dict[int, tuple[int, ...]], depth: int) -> set[int]:
+    """States within ``depth`` moves of ``s`` along the CSR graph ``ptr`` / ``nbrs`` (int
+    arrays); ``adj`` caches each state's list (NOTE: regions of neighbouring states overlap)."""
+    seen = {s}
+    frontier = [s]
+    for _ in range(depth):
+        nxt = []
+        for q in frontier:
+            out = adj.get(q)
+            if out is None:
+                out = adj[q] = tuple(nbrs[ptr[q] : ptr[q + 1]].tolist())  # NOTE: untracked by GC
+            for r in out:
+                if r not in seen:
+                    seen.add(r)
+                    nxt.append(r)
+        frontier = nxt
+    return seen
+
+
 def canonical_order(s: int, inside: set[int], run_ptr: np.ndarray, run_dst: np.ndarray) -> list[int]:
     """The states of region ``inside`` (a set holding ``s``) in canonical order: breadth-first
     from ``s``, each state's targets in order of their first byte. ``run_ptr`` / ``run_dst``:

@@ -28,7 +28,8 @@ from radixlm.grammar.chain_batch import share_by_depth_batch, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, or_tokens, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
-from radixlm.grammar.region_match import build_entry, canonical_order, exit_parts, match_region, region_codes, register
+from radixlm.grammar.region_match import (build_entry, canonical_order, exit_parts, match_region, region_codes, register,
+                                          within)
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.state_costs import StateCosts, pair_cost, pair_costs
 from radixlm.grammar.token_delta import delta_mask, reference_state
@@ -67,7 +68,7 @@ class DfaIndex:
         self._shifts: ShiftClasses | None = None  # states sharing masks (see _wide)
         self._walker: NarrowWalker | None = None  # Python walks of single narrow states
         self._lut: np.ndarray | None = None  # see _wide
-        self._adj: tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]] = ({}, {})  # see _bfs
+        self._adj: tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]] = ({}, {})  # see within
 
     def _neighbours(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """CSR successor and predecessor lists of the state graph ``(succ_ptr, succ, pred_ptr,
@@ -231,12 +232,7 @@ class DfaIndex:
     def _matched(self, s: int) -> bool:
         """Mask of ``s`` through a cached region shape found without a search
         (:func:`~radixlm.grammar.region_match.match_region`); False (nothing set) when none fits."""
-        if self._walker is None:
-            self._walker = NarrowWalker(self.trans, self.trie)
-        rows = self._walker._rows
-        if rows is None:
-            return False
-        got = match_region(self.regions, self.trans, rows, s)
+        got = self._match(s)
         if got is None:
             return False
         entry, order = got
@@ -245,6 +241,15 @@ class DfaIndex:
             return True
         self._finish_exits([(s, entry, order)])
         return True
+
+    def _match(self, s: int) -> tuple[RegionEntry, list[int]] | None:
+        """:func:`~radixlm.grammar.region_match.match_region` of ``s``. NOTE: first visits only: in
+        a compile's batch, the region the search finds (often larger) leaves fewer tokens to walk
+        below its exits, and the batched walk below a smaller shape's exits cost more (measured)."""
+        if self._walker is None:
+            self._walker = NarrowWalker(self.trans, self.trie)
+        rows = self._walker._rows
+        return match_region(self.regions, self.trans, rows, s) if rows is not None else None
 
     def _few_exits(self, s: int, entry: RegionEntry, order: list[int]) -> bool:
         """Mask of region state ``s`` (see :meth:`_finish_exits`) by a Python walk below its exit
@@ -314,28 +319,9 @@ class DfaIndex:
     def _region(self, s: int) -> list[int]:
         """States on cycles of <= REGION_CYCLE bytes through ``s`` (``s`` first)."""
         succ_ptr, succ, pred_ptr, pred = self._neighbours()
-        fwd = self._bfs(s, succ_ptr, succ, self._adj[0])
-        back = self._bfs(s, pred_ptr, pred, self._adj[1])
+        fwd = within(s, succ_ptr, succ, self._adj[0], REGION_CYCLE)
+        back = within(s, pred_ptr, pred, self._adj[1], REGION_CYCLE)
         return [s] + sorted((fwd & back) - {s})
-
-    @staticmethod
-    def _bfs(s: int, ptr: np.ndarray, nbrs: np.ndarray, adj: dict[int, tuple[int, ...]]) -> set[int]:
-        """States within REGION_CYCLE moves of ``s`` along ``ptr``/``nbrs`` (CSR); ``adj``
-        caches each state's list (NOTE: regions of neighbouring states overlap)."""
-        seen = {s}
-        frontier = [s]
-        for _ in range(REGION_CYCLE):
-            nxt = []
-            for q in frontier:
-                out = adj.get(q)
-                if out is None:
-                    out = adj[q] = tuple(nbrs[ptr[q] : ptr[q + 1]].tolist())  # NOTE: untracked by GC
-                for r in out:
-                    if r not in seen:
-                        seen.add(r)
-                        nxt.append(r)
-            frontier = nxt
-        return seen
 
     def _wide(self, s: int, pending: list) -> np.ndarray | None:
         """Mask of a wide state, or None when it was appended to ``pending`` (see
