@@ -57,7 +57,7 @@ def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[in
 def bench_radixlm(path: str, prompts, output_len: int, args) -> dict:
     from radixlm.runtime.engine import Engine
 
-    kw = dict(device=args.device, load_format=args.load_format, dtype=args.dtype,
+    kw = dict(device=args.device, load_format=args.load_format, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
               skip_tokenizer_init=args.load_format == "dummy" or not os.path.exists(os.path.join(path, "tokenizer.json")))
     if args.max_total_tokens:
         kw["max_total_tokens"] = args.max_total_tokens
@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
     ap.add_argument("--num-prompts", type=int, default=16)
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
@@ -144,7 +145,7 @@ def main() -> None:
     if not args.skip_hf:
         dtype = getattr(torch, ours["dtype"].replace("torch.", ""))
         rows.append(("HF transformers generate", bench_hf(path, prompts, args.output_len, args, dtype)["seconds"]))
-    print(f"model={path} device={args.device} dtype={ours['dtype']} prompts={args.num_prompts} "
+    print(f"model={path} device={args.device} dtype={ours['dtype']} kv_cache_dtype={args.kv_cache_dtype} prompts={args.num_prompts} "
           f"input_len={args.input_len} output_len={args.output_len}")
     print("| engine | seconds | input tok/s | output tok/s | total tok/s | vs HF |")
     print("|---|---|---|---|---|---|")

@@ -36,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_args(ap)
     ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--top", type=int, default=25)
@@ -64,6 +65,7 @@ def profile_step(a: argparse.Namespace, path: str, name: str) -> None:
 
     bs, ctx = a.batch_size, a.context
     args = ServerArgs(model_path=path, load_format="dummy", device="cuda", context_length=ctx + 64,
+                      kv_cache_dtype=a.kv_cache_dtype,
                       max_total_tokens=bs * (ctx + 16), max_running_requests=max(bs, 16), cuda_graph_max_bs=max(bs, 16))
     runner = ModelRunner(args, path, [0])
     g = runner.cuda_graph

@@ -62,6 +62,21 @@ def dot(a, b, IEEE: tl.constexpr):
         return tl.dot(a, b)
 
 
+FP8_KV = (torch.float8_e4m3fn, torch.float8_e5m2)  # KV pool dtypes read into a wider q dtype
+
+
+@triton.jit
+def to_kv(x, buf_ptr):
+    """``x`` cast to the KV pool's element type (``buf_ptr``'s). An fp8 e4m3 pool saturates at
+    +-448 first, as torch's cast does (:func:`radixlm.kernels.store_kv.store_kv_ref`): without
+    scales, a key past the range keeps its sign and the largest magnitude instead of NaN."""
+    if buf_ptr.dtype.element_ty == tl.float8e4nv:
+        y = tl.minimum(tl.maximum(x.to(tl.float32), -448.0), 448.0)
+        return y.to(buf_ptr.dtype.element_ty)
+    else:
+        return x.to(buf_ptr.dtype.element_ty)
+
+
 def check_triton(*tensors: torch.Tensor) -> None:
     """Raise unless Triton can run on these tensors (CUDA, or CPU under the interpreter)."""
     if not HAS_TRITON:

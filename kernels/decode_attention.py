@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels._triton import check_triton, dot, next_pow2, tl, triton
+from radixlm.kernels._triton import FP8_KV, check_triton, dot, next_pow2, tl, triton
 from radixlm.kernels.decode_merge import _arrive_and_merge, default_num_kv_splits, split_counters
 from radixlm.kernels.rotary_store_kv import NewTokens, _rope_q_store_kv, new_token_args, rotary_store_kv_ref
 from radixlm.kernels.shared_prefix_attention import (
@@ -176,7 +176,7 @@ def _decode_stage1(
             k = tl.load(
                 k_ptr + slots[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
                 mask=mask_n[None, :] & mask_d[:, None], other=0.0,
-            )  # [BLOCK_D, BLOCK_N]
+            ).to(q.dtype)  # [BLOCK_D, BLOCK_N]; an fp8 pool's keys widened to q's dtype
             s = dot(q, k, IEEE) * qk_scale  # log2 domain
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -185,7 +185,7 @@ def _decode_stage1(
             v = tl.load(
                 v_ptr + slots[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
                 mask=mask_n[:, None] & mask_d[None, :], other=0.0,
-            )  # [BLOCK_N, BLOCK_D]
+            ).to(q.dtype)  # [BLOCK_N, BLOCK_D]
             acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
@@ -281,7 +281,8 @@ def decode_attention(
 
     Args:
         q: ``[B, H, D]``, last dim contiguous (a strided view of a fused qkv is fine).
-        k_buffer, v_buffer: ``[num_slots + 1, KH, D]`` with ``H % KH == 0``, same dtype as ``q``.
+        k_buffer, v_buffer: ``[num_slots + 1, KH, D]`` with ``H % KH == 0``, ``q``'s dtype or fp8
+            (e4m3 / e5m2: widened to ``q``'s dtype as they are read).
         req_to_token: int32 ``[max_reqs, max_context_len]``, last dim contiguous.
         req_pool_indices: int ``[B]`` rows of ``req_to_token``.
         seq_lens: int ``[B]``; request ``b`` attends to positions ``[0, seq_lens[b])``.
@@ -321,7 +322,7 @@ def decode_attention(
     assert k_buffer.dim() == 3 and k_buffer.shape == v_buffer.shape, (k_buffer.shape, v_buffer.shape)
     KH = k_buffer.shape[1]
     assert k_buffer.shape[2] == D and H % KH == 0, (q.shape, k_buffer.shape)
-    assert q.dtype == k_buffer.dtype == v_buffer.dtype, (q.dtype, k_buffer.dtype, v_buffer.dtype)
+    assert k_buffer.dtype == v_buffer.dtype in (q.dtype, *FP8_KV), (q.dtype, k_buffer.dtype, v_buffer.dtype)
     assert q.stride(2) == 1 and k_buffer.stride(2) == 1 and v_buffer.stride(2) == 1
     assert req_to_token.dtype == torch.int32 and req_to_token.dim() == 2 and req_to_token.stride(1) == 1
     assert req_pool_indices.shape == (B,) and seq_lens.shape == (B,), (req_pool_indices.shape, seq_lens.shape)

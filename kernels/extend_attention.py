@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels._triton import check_triton, dot, interpreting, next_pow2, tl, triton
+from radixlm.kernels._triton import FP8_KV, check_triton, dot, interpreting, next_pow2, tl, triton
 
 _LOG2E = 1.4426950408889634
 
@@ -80,7 +80,8 @@ def _attend_tile(
     mask_n = pos < tail_end
     if MASKED:
         slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
-        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_n[None, :] & mask_d[:, None], other=0.0)
+        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_n[None, :] & mask_d[:, None],
+                    other=0.0).to(q.dtype)  # NOTE: an fp8 pool's keys widened to q's dtype
         q_pos = P + offs_m[:, None]
         allowed = (pos[None, :] <= q_pos) & mask_n[None, :]
         allowed = allowed & ((window <= 0) | (pos[None, :] > q_pos - window))
@@ -89,16 +90,17 @@ def _attend_tile(
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         slots = tl.load(row_ptr + pos).to(tl.int64)
-        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_d[:, None], other=0.0)
+        k = tl.load(k_base + slots[None, :] * stride_ks + offs_d[:, None], mask=mask_d[:, None], other=0.0).to(q.dtype)
         s = dot(q, k, IEEE) * qk_scale
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_ref = m_new
     alpha = tl.exp2(m_i - m_ref)
     p = tl.exp2(s - m_ref[:, None])
     if MASKED:
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_n[:, None] & mask_d[None, :],
+                    other=0.0).to(q.dtype)
     else:
-        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0)
+        v = tl.load(v_base + slots[:, None] * stride_vs + offs_d[None, :], mask=mask_d[None, :], other=0.0).to(q.dtype)
     acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
     return acc, m_new, l_i * alpha + tl.sum(p, 1)
 
@@ -198,7 +200,7 @@ def extend_attention(
 
     Args:
         q: ``[T, H, D]`` queries of the new tokens of all requests, last dim contiguous.
-        k_buffer, v_buffer: ``[num_slots + 1, KH, D]``, ``H % KH == 0``, same dtype as ``q``; the
+        k_buffer, v_buffer: ``[num_slots + 1, KH, D]``, ``H % KH == 0``, ``q``'s dtype or fp8; the
             new tokens' K/V are already stored.
         req_to_token: int32 ``[max_reqs, max_context_len]``.
         req_pool_indices, prefix_lens, extend_lens, extend_start_loc: int ``[B]``; ``prefix_lens``
@@ -217,7 +219,7 @@ def extend_attention(
     assert k_buffer.dim() == 3 and k_buffer.shape == v_buffer.shape, (k_buffer.shape, v_buffer.shape)
     KH = k_buffer.shape[1]
     assert k_buffer.shape[2] == D and H % KH == 0, (q.shape, k_buffer.shape)
-    assert q.dtype == k_buffer.dtype == v_buffer.dtype, (q.dtype, k_buffer.dtype, v_buffer.dtype)
+    assert k_buffer.dtype == v_buffer.dtype in (q.dtype, *FP8_KV), (q.dtype, k_buffer.dtype, v_buffer.dtype)
     assert q.stride(2) == 1 and k_buffer.stride(2) == 1 and v_buffer.stride(2) == 1
     assert req_to_token.dtype == torch.int32 and req_to_token.dim() == 2 and req_to_token.stride(1) == 1
     for t in (prefix_lens, extend_lens, extend_start_loc):

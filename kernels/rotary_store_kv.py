@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from radixlm.kernels._triton import check_triton, next_pow2, tl, triton
+from radixlm.kernels._triton import check_triton, next_pow2, tl, to_kv, triton
 from radixlm.kernels.rotary import _cos_sin, _rotate_heads, apply_rotary_ref
 from radixlm.kernels.store_kv import store_kv_ref
 
@@ -64,15 +64,15 @@ def _rotary_store_kv_kernel(
     tl.store(pk, o1, mask=mask)
     tl.store(pk + HALF, o2, mask=mask)
     pb = k_buf_ptr + slot * stride_kbs + offs_h[:, None] * stride_kbh + offs_d[None, :]
-    tl.store(pb, o1.to(k_buf_ptr.dtype.element_ty), mask=mask)
-    tl.store(pb + HALF, o2.to(k_buf_ptr.dtype.element_ty), mask=mask)
+    tl.store(pb, to_kv(o1, k_buf_ptr), mask=mask)
+    tl.store(pb + HALF, to_kv(o2, k_buf_ptr), mask=mask)
 
     pv = v_ptr + t * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :]
     pvb = v_buf_ptr + slot * stride_vbs + offs_h[:, None] * stride_vbh + offs_d[None, :]
     v1 = tl.load(pv, mask=mask, other=0.0)
     v2 = tl.load(pv + HALF, mask=mask, other=0.0)
-    tl.store(pvb, v1.to(v_buf_ptr.dtype.element_ty), mask=mask)
-    tl.store(pvb + HALF, v2.to(v_buf_ptr.dtype.element_ty), mask=mask)
+    tl.store(pvb, to_kv(v1, v_buf_ptr), mask=mask)
+    tl.store(pvb + HALF, to_kv(v2, v_buf_ptr), mask=mask)
 
 
 def rotary_store_kv(
@@ -177,10 +177,10 @@ def _rope_q_store_kv(
         one = tl.zeros([1, 1], dtype=tl.int64)
         mask = (offs_d < HEAD_DIM)[None, :]
         k = _rope_rows(kn_ptr + b * stride_knb + kvh * stride_knh + one, offs_d, mask, row, HEAD_DIM // 2)
-        k = k.to(kn_ptr.dtype.element_ty).to(k_ptr.dtype.element_ty)  # rounded as rotary then store_kv
+        k = to_kv(k.to(kn_ptr.dtype.element_ty), k_ptr)  # rounded as rotary then store_kv
         tl.store(k_ptr + slot * stride_ks + kvh * stride_kh + one + offs_d[None, :], k, mask=mask)
         v = tl.load(vn_ptr + b * stride_vnb + kvh * stride_vnh + offs_d, mask=offs_d < HEAD_DIM)
-        tl.store(v_ptr + slot * stride_vs + kvh * stride_vh + offs_d, v.to(v_ptr.dtype.element_ty),
+        tl.store(v_ptr + slot * stride_vs + kvh * stride_vh + offs_d, to_kv(v, v_ptr),
                  mask=offs_d < HEAD_DIM)
         tl.debug_barrier()
     return q

@@ -270,14 +270,14 @@ def _shared_prefix_stage(
             mask_n = pos < hi
             slots = tl.load(row_ptr + pos, mask=mask_n, other=0).to(tl.int64)
             k = tl.load(k_ptr + slots[None, :] * stride_ks + kvh * stride_kh + offs_d[:, None],
-                        mask=mask_n[None, :] & mask_d[:, None], other=0.0)  # [BLOCK_D, BLOCK_N]
+                        mask=mask_n[None, :] & mask_d[:, None], other=0.0).to(q.dtype)  # [BLOCK_D, BLOCK_N]
             s = dot(q, k, IEEE) * qk_scale  # log2 domain
             s = tl.where(mask_n[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             v = tl.load(v_ptr + slots[:, None] * stride_vs + kvh * stride_vh + offs_d[None, :],
-                        mask=mask_n[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+                        mask=mask_n[:, None] & mask_d[None, :], other=0.0).to(q.dtype)  # [BLOCK_N, BLOCK_D]
             acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from radixlm.kernels._triton import check_triton, next_pow2, tl, triton
+from radixlm.kernels._triton import check_triton, next_pow2, tl, to_kv, triton
 
 
 def store_kv_ref(
     k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
-    """Torch reference: ``k_buffer[loc] = k; v_buffer[loc] = v`` (cast to the buffer dtype)."""
+    """Torch reference: ``k_buffer[loc] = k; v_buffer[loc] = v`` (cast to the buffer dtype; torch's
+    cast to float8_e4m3fn saturates at +-448)."""
     k_buffer[loc] = k.to(k_buffer.dtype)
     v_buffer[loc] = v.to(v_buffer.dtype)
 
@@ -31,9 +32,9 @@ def _store_kv_kernel(
         offs = start + tl.arange(0, BLOCK)
         mask = offs < NUMEL
         k = tl.load(k_ptr + i * stride_k + offs, mask=mask)
-        tl.store(k_buf_ptr + slot * stride_kbs + offs, k.to(k_buf_ptr.dtype.element_ty), mask=mask)
+        tl.store(k_buf_ptr + slot * stride_kbs + offs, to_kv(k, k_buf_ptr), mask=mask)
         v = tl.load(v_ptr + i * stride_v + offs, mask=mask)
-        tl.store(v_buf_ptr + slot * stride_vbs + offs, v.to(v_buf_ptr.dtype.element_ty), mask=mask)
+        tl.store(v_buf_ptr + slot * stride_vbs + offs, to_kv(v, v_buf_ptr), mask=mask)
 
 
 def _rows_contiguous(x: torch.Tensor) -> bool:
@@ -48,7 +49,8 @@ def store_kv(
 
     ``k_buffer``/``v_buffer`` are ``[num_slots + 1, KH, D]`` with contiguous rows; ``k``/``v`` may be
     strided views along dim 0 (e.g. slices of a fused qkv) but each token's ``[KH, D]`` must be
-    contiguous. Values are cast to the buffer dtype. Duplicate slots in ``loc`` are undefined.
+    contiguous. Values are cast to the buffer dtype (an fp8 e4m3 pool saturates at +-448, see
+    :func:`radixlm.kernels._triton.to_kv`). Duplicate slots in ``loc`` are undefined.
     """
     N = loc.shape[0]
     assert loc.dim() == 1 and loc.dtype in (torch.int32, torch.int64), (loc.shape, loc.dtype)

@@ -30,6 +30,25 @@ def resolve_dtype(dtype: str, cfg: ModelConfig, device: torch.device) -> torch.d
     return names[dtype]
 
 
+KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def resolve_kv_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
+    """The KV pool's element type: ``auto`` is the model's ``dtype``; ``fp8_e4m3`` /
+    ``fp8_e5m2`` (SGLang's and vLLM's names) store keys and values in 8 bits, half the bytes
+    of bf16 (twice the tokens in the same memory, half the bytes each decode step reads), without
+    scales: e4m3 (3 mantissa bits) saturates at +-448, e5m2 (2 bits) reaches +-57,344. Attention
+    widens them back to the query's dtype and accumulates in fp32.
+
+    Raises ``ValueError`` for other names.
+    """
+    if kv_cache_dtype == "auto":
+        return dtype
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be auto, fp8_e4m3 or fp8_e5m2, got {kv_cache_dtype!r}")
+    return KV_CACHE_DTYPES[kv_cache_dtype]
+
+
 class SafetensorsReader:
     """Reader over one tensor of an open safetensors file: ``read`` fetches only the requested
     rows/columns from disk (``safe_open(...).get_slice(name)[...]``)."""

@@ -18,7 +18,7 @@ from radixlm.runtime.distributed import all_reduce_min, local_device
 from radixlm.runtime.forward_batch import ForwardBatch, ForwardMode
 from radixlm.runtime.memory import KVPool, ReqToTokenPool, TokenToKVPoolAllocator, to_device
 from radixlm.runtime.model_config import ModelConfig
-from radixlm.runtime.model_loader import load_model, resolve_dtype
+from radixlm.runtime.model_loader import load_model, resolve_dtype, resolve_kv_dtype
 from radixlm.runtime.sampler import apply_penalties, block_tokens_before_min, sample
 from radixlm.runtime.server_args import ServerArgs
 
@@ -72,7 +72,7 @@ class DecodeHandle:
 class ModelRunner:
     """Loads ``model_path`` per ``args`` and runs forward passes over the KV pool.
 
-    Attributes: ``model``, ``cfg`` (ModelConfig), ``device``, ``dtype``, ``kv_pool`` (KVPool),
+    Attributes: ``model``, ``cfg`` (ModelConfig), ``device``, ``dtype``, ``kv_dtype`` (the KV pool's), ``kv_pool`` (KVPool),
     ``req_to_token_pool`` (ReqToTokenPool), ``allocator`` (TokenToKVPoolAllocator),
     ``max_total_tokens`` (KV pool size in tokens), ``max_running_requests`` (the concurrency cap:
     the server arg, or derived from the KV pool), ``context_len``.
@@ -83,13 +83,14 @@ class ModelRunner:
         self.device = torch.device(local_device(args.resolved_device()))  # cuda:<local rank> under TP
         self.cfg = ModelConfig.from_pretrained(model_path)
         self.dtype = resolve_dtype(args.dtype, self.cfg, self.device)
+        self.kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, self.dtype)
         self.model = load_model(model_path, self.cfg, self.dtype, self.device, args.load_format, args.random_seed)
         self.context_len = args.context_length or self.cfg.max_position_embeddings
         self.eos_token_ids = eos_token_ids
         self.max_total_tokens = self._kv_pool_size()
         c = self.cfg
         self.kv_pool = KVPool(
-            self.max_total_tokens, c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.dtype, self.device
+            self.max_total_tokens, c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.kv_dtype, self.device
         )
         self.allocator = TokenToKVPoolAllocator(self.max_total_tokens, self.device)
         lo, hi = MAX_RUNNING_REQUESTS_RANGE
@@ -104,7 +105,7 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(rows + 1, self.context_len + 8, self.device)
         pad_row = self.req_to_token_pool.alloc()  # NOTE: reserved all-zero row for padded graph rows
         self.kv_bytes_per_token = KVPool.bytes_per_token(c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim,
-                                                         self.dtype)
+                                                         self.kv_dtype)
         self.attn_backend = AttentionBackend(
             self.model.tp.num_heads, self.model.tp.num_kv_heads, c.head_dim, c.layer_windows
         )
@@ -156,7 +157,7 @@ class ModelRunner:
 
     def _kv_pool_size(self) -> int:
         c = self.cfg
-        per_token = KVPool.bytes_per_token(c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.dtype)
+        per_token = KVPool.bytes_per_token(c.num_hidden_layers, self.model.tp.num_kv_heads, c.head_dim, self.kv_dtype)
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             used_by_others = total - free

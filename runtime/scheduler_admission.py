@@ -75,7 +75,7 @@ class PrefillAdmission:
                 sum(p.numel() for p in params),
                 sum(p.numel() * p.element_size() for p in params),
                 KVPool.bytes_per_token(c.num_hidden_layers, self.runner.model.tp.num_kv_heads, c.head_dim,
-                                       self.runner.dtype),
+                                       self.runner.kv_dtype),
                 step_fixed_bytes(c.num_hidden_layers, self.runner.device.type),
             )
         held = self.runner.max_total_tokens - self._available()

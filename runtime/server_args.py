@@ -18,6 +18,10 @@ class ServerArgs:
         tokenizer_path: defaults to ``model_path``.
         dtype: ``auto`` (float32 on CPU, bfloat16 on CUDA), ``float32``, ``bfloat16``, ``float16``.
         device: ``auto`` (cuda when available), ``cpu`` or ``cuda``.
+        kv_cache_dtype: the KV pool's element type: ``auto`` (the model's dtype), ``fp8_e4m3`` or
+            ``fp8_e5m2`` (8-bit keys and values, no scales: twice the tokens per GiB and half the
+            KV bytes read per decode step, at some accuracy;
+            :func:`radixlm.runtime.model_loader.resolve_kv_dtype`).
         load_format: ``auto`` (safetensors) or ``dummy`` (random weights from config.json).
         mem_fraction_static: fraction of GPU memory for weights + KV pool (CUDA).
         max_total_tokens: KV pool size in tokens; required on CPU (default 16384 there).
@@ -119,6 +123,7 @@ class ServerArgs:
     tokenizer_path: str | None = None
     dtype: str = "auto"
     device: str = "auto"
+    kv_cache_dtype: str = "auto"
     load_format: str = "auto"
     mem_fraction_static: float = 0.85
     max_total_tokens: int | None = None
@@ -191,6 +196,8 @@ class ServerArgs:
             raise ValueError("cuda_graph_max_extend_tokens must be >= 0")
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError("max_total_tokens must be >= 2")
+        if self.kv_cache_dtype not in ("auto", "fp8_e4m3", "fp8_e5m2"):
+            raise ValueError(f"kv_cache_dtype must be auto, fp8_e4m3 or fp8_e5m2, got {self.kv_cache_dtype!r}")
         if self.grammar_backend not in ("radixlm", "xgrammar", "llguidance"):
             raise ValueError(f"grammar_backend must be radixlm, xgrammar or llguidance, got {self.grammar_backend!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

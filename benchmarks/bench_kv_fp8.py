@@ -1,0 +1,72 @@
+"""Decode attention over a bf16 vs an fp8 KV pool (``kv_cache_dtype``), one layer, CUDA events.
+
+Llama-3.1-8B attention dims (32 heads, 8 KV heads, head_dim 128) by default, ``--batch`` rows of
+``--context`` keys each at scattered slots; sweeps stage 1's ``block_n`` / ``num_warps`` /
+``num_stages`` and prints the time and the KV bytes read per second for each pool dtype, so a
+config that lets the fp8 pool's halved bytes show up as time can be picked.
+
+    python benchmarks/bench_kv_fp8.py --batch 512 --context 1280
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+
+from radixlm.kernels.decode_attention import decode_attention
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--context", type=int, default=1280)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args()
+    B, L, H, KH, D = a.batch, a.context, a.heads, a.kv_heads, a.head_dim
+    dev = torch.device("cuda")
+    n = B * L
+    gen = torch.Generator(device=dev).manual_seed(0)
+    slots = (torch.randperm(n, device=dev, generator=gen) + 1).int().view(B, L)
+    rows = torch.arange(B, device=dev)
+    lens = torch.full((B,), L, device=dev)
+    q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
+    base_k = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16)
+    base_v = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16)
+    print(f"decode attention, B={B} context={L} H={H} KH={KH} D={D}, {torch.cuda.get_device_name()}")
+    print("| pool | block_n | warps | stages | us | KV GB/s | vs bf16 default |")
+    print("|---|---|---|---|---|---|---|")
+    ref_us = None
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        k, v = base_k.to(dtype), base_v.to(dtype)
+        nbytes = 2 * B * L * KH * D * k.element_size()
+        for block_n, warps, stages in itertools.product((32, 64, 128), (4, 8), (2, 3, 4)):
+            fn = lambda: decode_attention(q, k, v, slots, rows, lens, D**-0.5, block_n=block_n,  # noqa: E731
+                                          num_warps=warps, num_stages=stages)
+            try:
+                fn()
+            except Exception as e:  # NOTE: a config the compiler refuses (shared memory)
+                print(f"| {str(dtype)[6:]} | {block_n} | {warps} | {stages} | {type(e).__name__} | | |")
+                continue
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(a.iters):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn()
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e) * 1e3)
+            us = sorted(times)[len(times) // 2]
+            if ref_us is None and dtype == torch.bfloat16 and (block_n, warps, stages) == (64, 4, 3):
+                ref_us = us
+            rel = f"{ref_us / us:.2f}x" if ref_us else "-"
+            print(f"| {str(dtype)[6:]} | {block_n} | {warps} | {stages} | {us:.1f} | {nbytes / us / 1e3:.0f} | {rel} |")
+
+
+if __name__ == "__main__":
+    main()
