@@ -35,7 +35,7 @@ class Chart:
         self.accepting: list[bool] = []
         self.memo: dict[tuple[int, int], int | None] = {}
         self.by_content: dict[tuple[frozenset[Item], bool], int] = {}  # see _new_column
-        self._predicted: dict[int, tuple[tuple[tuple[int, int, int | None], ...], frozenset[int]]] = {}
+        self._predicted: dict[int, tuple[tuple[tuple[int, int, int | None, Item], ...], frozenset[int], bool]] = {}
         self._new_column([(p, 0, 0) for p in self.by_lhs[cfg.start]])
 
     def _nullable(self) -> list[bool]:
@@ -55,9 +55,8 @@ class Chart:
     def _new_column(self, seeds: list[Item]) -> int:
         """The column closed from ``seeds``: an existing one with the same content, or a new one."""
         k = len(self.waiting)
-        waiting, accepting = self._closure(seeds, k)
-        key = (frozenset((p, d, -1 if o == k else o) for items in waiting.values() for p, d, o in items),
-               accepting)
+        waiting, accepting, content = self._closure(seeds, k)
+        key = (frozenset(content), accepting)
         got = self.by_content.get(key)
         if got is not None:
             return got
@@ -67,16 +66,18 @@ class Chart:
         self.accepting.append(accepting)
         return k
 
-    def _closure(self, seeds: list[Item], k: int) -> tuple[dict[int, list[Item]], bool]:
-        """Waiting items by symbol and the accepting flag of column ``k`` closed from ``seeds``.
+    def _closure(self, seeds: list[Item], k: int) -> tuple[dict[int, list[Item]], bool, list[Item]]:
+        """Waiting items by symbol, the accepting flag of column ``k`` closed from ``seeds``, and
+        its content (the waiting items, origin ``k`` written -1: the key of :meth:`_new_column`).
 
         Items from seeds and completions are closed one by one; a predicted nonterminal adds its
         whole prediction closure at once (:meth:`_prediction`)."""
         seen: set[Item] = set()
         predicted: set[int] = set()
         waiting: dict[int, list[Item]] = {}
+        content: list[Item] = []
         stack = list(seeds)
-        rhs_all, lhs_all, nullable = self.rhs, self.lhs, self.nullable
+        rhs_all, lhs_all, nullable, all_waiting = self.rhs, self.lhs, self.nullable, self.waiting
         start = self.cfg.start
         accepting = False
         while stack:
@@ -90,34 +91,44 @@ class Chart:
                 lhs = lhs_all[p]
                 if lhs == start and o == 0:
                     accepting = True
-                sym = -(lhs + 1)
-                src = waiting if o == k else self.waiting[o]
-                for p2, d2, o2 in list(src.get(sym, ())):
-                    stack.append((p2, d2 + 1, o2))
+                got = (waiting if o == k else all_waiting[o]).get(-(lhs + 1))
+                if got:
+                    stack.extend([(p2, d2 + 1, o2) for p2, d2, o2 in got])
                 continue
             sym = rhs[d]
-            waiting.setdefault(sym, []).append(item)
+            lst = waiting.get(sym)
+            if lst is None:
+                waiting[sym] = [item]
+            else:
+                lst.append(item)
+            content.append((p, d, -1) if o == k else item)
             if sym < 0:
                 nt = -sym - 1
                 if nt not in predicted:
-                    items, nts = self._prediction(nt)
+                    items, nts, done_start = self._prediction(nt)
                     predicted |= nts
-                    for p2, d2, sym2 in items:
+                    if done_start and k == 0:
+                        accepting = True
+                    for p2, d2, sym2, own in items:
                         it = (p2, d2, k)
                         if it in seen:
                             continue
                         seen.add(it)
-                        if sym2 is None:
-                            accepting = accepting or (lhs_all[p2] == start and k == 0)
-                        else:
-                            waiting.setdefault(sym2, []).append(it)
+                        if sym2 is not None:
+                            lst = waiting.get(sym2)
+                            if lst is None:
+                                waiting[sym2] = [it]
+                            else:
+                                lst.append(it)
+                            content.append(own)
                 if nullable[nt]:
                     stack.append((p, d + 1, o))
-        return waiting, accepting
+        return waiting, accepting, content
 
-    def _prediction(self, nt: int) -> tuple[tuple[tuple[int, int, int | None], ...], frozenset[int]]:
-        """The items ``(production, dot, symbol after the dot or None)`` that predicting ``nt``
-        adds to a column (all with that column as origin), and the nonterminals it predicts.
+    def _prediction(self, nt: int) -> tuple[tuple[tuple[int, int, int | None, Item], ...], frozenset[int], bool]:
+        """The items ``(production, dot, symbol after the dot or None, (production, dot, -1))``
+        that predicting ``nt`` adds to a column (all with that column as origin), the
+        nonterminals it predicts, and whether one of its completed items is the start rule's.
 
         NOTE: column-independent: predictions recurse on the nonterminal after the dot and skip
         nullable ones (Aycock & Horspool). A completed item among them is redundant for the
@@ -127,7 +138,7 @@ class Chart:
             rhs_all, by_lhs, nullable = self.rhs, self.by_lhs, self.nullable
             seen: set[tuple[int, int]] = set()
             nts = {nt}
-            out: list[tuple[int, int, int | None]] = []
+            out: list[tuple[int, int, int | None, Item]] = []
             stack = [(p, 0) for p in by_lhs[nt]]
             while stack:
                 p, d = stack.pop()
@@ -136,10 +147,10 @@ class Chart:
                 seen.add((p, d))
                 rhs = rhs_all[p]
                 if d == len(rhs):
-                    out.append((p, d, None))
+                    out.append((p, d, None, (p, d, -1)))
                     continue
                 sym = rhs[d]
-                out.append((p, d, sym))
+                out.append((p, d, sym, (p, d, -1)))
                 if sym < 0:
                     n2 = -sym - 1
                     if n2 not in nts:
@@ -147,7 +158,9 @@ class Chart:
                         stack.extend((p2, 0) for p2 in by_lhs[n2])
                     if nullable[n2]:
                         stack.append((p, d + 1))
-            got = self._predicted[nt] = (tuple(out), frozenset(nts))
+            start = self.cfg.start
+            done_start = any(sym is None and self.lhs[p] == start for p, _, sym, _ in out)
+            got = self._predicted[nt] = (tuple(out), frozenset(nts), done_start)
         return got
 
     def advance(self, col: int, term: int) -> int | None:

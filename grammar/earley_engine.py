@@ -77,6 +77,7 @@ class EarleyEngine(Crossings, ForcedBytes):
         # ~1 ms of compile per thousand terminal states and stayed for every GC pass to traverse
         self.flats = [t.flat for t in self.terms]
         self.accept = [t.accept for t in self.terms]
+        self._starts = [t.start for t in self.terms]
         self.index = [DfaIndex(t.trans, self.trie, self.words, regions, t.accept) for t in self.terms]
         self.ignore = frozenset(cfg.ignore)
         self._spawn: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
@@ -133,8 +134,11 @@ class EarleyEngine(Crossings, ForcedBytes):
     # --- threads -------------------------------------------------------------------------------
 
     def _threads_at(self, col: int) -> frozenset[Thread]:
-        terms = self.chart.scan_terms[col] | self.ignore
-        return frozenset((col, t, self.terms[t].start) for t in terms)
+        starts = self._starts
+        terms = self.chart.scan_terms[col]
+        if self.ignore:
+            terms = terms | self.ignore
+        return frozenset([(col, t, starts[t]) for t in terms])
 
     def _start_state(self) -> EarleyState:
         return EarleyState(self._threads_at(0), self.chart.accepting[0])

@@ -164,9 +164,9 @@ class ShadowChart:
             if sym < 0:
                 nt = -sym - 1
                 if nt not in predicted:
-                    pitems, nts = chart._prediction(nt)
+                    pitems, nts, _ = chart._prediction(nt)
                     predicted |= nts
-                    for p2, d2, sym2 in pitems:
+                    for p2, d2, sym2, _ in pitems:
                         it = (p2, d2, -1)
                         if it in seen:
                             continue
