@@ -219,10 +219,10 @@ class ContainerMixin(ExtrasMixin):
         # object): json_extras
         relax = SORTED_ORDERS.get()  # NOTE: off in a second compile of a schema too large with them
         free = relax and IMPLICIT_EXTRAS and not self.closed and n > 0 and (hi_p is None or hi_p >= 1)
-        pair = self.undeclared_pair(props, pats, pat_dfas, addl, names) if relax and (free or not counted) else NOTHING
-        gap = self.gap_pairs(pair, 2 * n) if not counted else None
-        more, top = self.lead_pair(pair, (hi_p if hi_p is not None else max(lo_p, 1)) if counted else None) \
-            if free else (None, 0)
+        pair = self.undeclared_pair(props, pats, pat_dfas, addl, names) if relax and not counted else NOTHING
+        gap = self.gap_pairs(pair, 2 * n)
+        more, top = self.lead_pair(props, pats, pat_dfas, addl, names, (hi_p if hi_p is not None else max(lo_p, 1))
+                                   if counted else None, pair) if free else (None, 0)
         lead_free = more is not None and not counted  # NOTE: see below
         lead = more if more is not None else (self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None)
 
@@ -302,13 +302,11 @@ class ContainerMixin(ExtrasMixin):
             body = alt(body, cold(ordered(alpha, 2)))
         if lead_free:
             # NOTE: undeclared pairs first, each followed by a comma, then any non-empty body (built
-            # without its empty string, added back here): the body's automaton is shared, so after
-            # `{"x": 1, ` its states are those after `{` (one copy of the lead pair, cold)
-            # (two tuples per share: ``Walk.size`` counts a key once, an object by its id)
-            pair1, pair2 = (("share", (uid, "lead"), more) for _ in range(2))
-            leads = cat(pair1, self.comma, rep(cat(pair2, self.comma), 0, None))
+            # without its empty string, added back here): one body automaton after `{` and after
+            # `{"x": 1, `, so the states after `{"` serve both; one copy of the lead pair (cold)
+            leads = rep(cat(("share", (uid, "lead"), more), self.comma), 1, None)
             empty = EMPTY if not any(req for _, req in entries) else NOTHING
-            body = alt(("share", (uid, "body"), body), empty, cold(cat(leads, ("share", (uid, "body"), body))))
+            body = alt(cat(opt(cold(leads)), body), empty)
         elif lead is not None:  # NOTE: undeclared pairs (counted) or "$schema" first, then the orders above (cold)
             led = self._any_order(entries, sizes, shared_extras, uid, hi_p, offset=1,
                                   lead="lead" if counted else "join") if order_free else None
