@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SIG_CANDIDATES = 4  # shapes kept per first-row probe (see region_match.match_region)
+SIG_CANDIDATES = 16  # shapes kept per first-row probe (see region_match.match_region)
 
 
 @dataclass
@@ -25,6 +25,7 @@ class RegionEntry:
     check: tuple | None = None  # flat positions inside / outside the region (region_match.build_entry)
     exits: tuple | None = None  # (base mask, walk starts), see region_match.exit_parts
     sig: int | None = None  # the probe it is indexed under (see RegionCache.register)
+    hits: int = 0  # first visits it matched (see RegionCache.hit)
 
 
 def match_cost(entry: RegionEntry) -> int:
@@ -77,18 +78,26 @@ class RegionCache:
             keys = self.by_sig.setdefault(sig, [])
             if key in keys:
                 return
-            keys.append(key)
-            cost = {k: (match_cost(e) if (e := self.entries.get(k)) is not None else 1 << 60) for k in keys}
-            cost[key] = match_cost(entry)
-            keys.sort(key=cost.__getitem__)
+            cost = match_cost(entry)  # NOTE: after the shapes that matched before, cheapest first
+            at = len(keys)
+            while at > 0 and (e := self.entries.get(keys[at - 1])) is not None and e.hits == 0 and match_cost(e) > cost:
+                at -= 1
+            keys.insert(at, key)
             del keys[SIG_CANDIDATES:]
 
-    def hit(self, key: bytes) -> None:
-        """Shape ``key`` matched a state: mark it recently used."""
+    def hit(self, sig: int, key: bytes) -> None:
+        """Shape ``key`` matched a state under probe ``sig``: mark it recently used, and try it
+        first from now on (the shapes that match are few: a string body's, a number's)."""
         with self._lock:
-            if key in self.entries:
+            got = self.entries.get(key)
+            if got is not None:
                 self.entries.move_to_end(key)
                 self.hits += 1
+                got.hits += 1
+            keys = self.by_sig.get(sig)
+            if keys and keys[0] != key and key in keys:
+                keys.remove(key)
+                keys.insert(0, key)
 
     def candidates(self, sig: int) -> list[tuple[bytes, RegionEntry]]:
         """``(key, entry)`` of the cached shapes indexed under ``sig`` (evicted ones skipped)."""

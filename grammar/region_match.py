@@ -33,8 +33,9 @@ from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk
 
 SELF, DEAD, ELSE = 1, 2, 0  # per-byte classes of a row's signature
+MATCH_CHECKS = 3  # candidate shapes a first visit checks in full (numpy) before giving up
 MATCH_EXITS = 1024  # shapes with more exit nodes are not matched (register)
-MERGE_NODES = 2048  # exit subtrees of a shape merged (ExitTrie) up to this many trie nodes
+MERGE_NODES = 1024  # exit subtrees of a shape merged (ExitTrie) up to this many trie nodes
 EXIT_BUDGET = 1200  # merged children a first visit's exit walk looks at before the numpy walk
 PROBES = (0x00, 0x0A, 0x20, 0x22, 0x2C, 0x30, 0x41, 0x5C, 0x61, 0x7B, 0x7D, 0x80, 0xC3, 0xE2, 0xF0, 0xFF)
 
@@ -153,7 +154,8 @@ def build_entry(codes: np.ndarray, acc_bits: np.ndarray | None, trie: TokenTrie,
         ins, exits = np.flatnonzero(flat >= 0), np.flatnonzero(flat == -1)
         entry.codes = codes
         entry.tree = spanning_tree(codes)
-        entry.check = (ins, flat[ins], exits, ins.size + exits.size)
+        spots = [(j, b, int(codes[j, b])) for j in range(min(codes.shape[0], 3)) for b in PROBES]
+        entry.check = (ins, flat[ins], exits, ins.size + exits.size, spots)
     return entry
 
 
@@ -164,18 +166,35 @@ def register(regions: RegionCache, key: bytes, entry: RegionEntry) -> None:
         regions.register(codes_probe(entry.codes), key, entry)
 
 
+def _spots_agree(rows, order: list[int], spots: list[tuple[int, int, int]]) -> bool:
+    """The rows of ``order`` agree with a shape's codes at ``spots`` (``(region index, byte,
+    code)``): a plain-Python look at a few rows on the probe bytes, before the numpy check."""
+    for j, b, c in spots:
+        t = rows[(order[j] << 8) | b]
+        if (t != order[c]) if c >= 0 else ((t == 0) != (c == -2)):
+            return False
+    return True
+
+
 def match_region(regions: RegionCache, trans: np.ndarray, rows, s: int) -> tuple[RegionEntry, list[int]] | None:
     """A cached shape that ``s`` has (see the module docstring) and the states its region indices
     map to, or None. ``rows``: a memoryview of ``trans`` (int ``[n_states, 256]``) flattened
     (int32, ``state << 8 | byte``)."""
-    for key, entry in regions.candidates(row_probe(rows, s)):
+    sig = row_probe(rows, s)
+    checks = MATCH_CHECKS
+    for key, entry in regions.candidates(sig):
         parent, byte_ = entry.tree
         order = [s]
         for p, b in zip(parent, byte_):
             order.append(rows[(order[p] << 8) | b])
         if 0 in order:
             continue
-        ins, ins_code, exits, live = entry.check
+        ins, ins_code, exits, live, spots = entry.check
+        if not _spots_agree(rows, order, spots):
+            continue
+        checks -= 1
+        if checks < 0:
+            return None
         idx = np.asarray(order, dtype=np.int64)
         full = trans[idx].reshape(-1)
         # NOTE: the targets inside compared, those of exits live, and no more live targets than
@@ -183,7 +202,7 @@ def match_region(regions: RegionCache, trans: np.ndarray, rows, s: int) -> tuple
         # s's region: the walk inside follows the DFA all the same), and an exit may lead back
         # into the region (the walk below it follows the DFA from there)
         if np.count_nonzero(full) == live and full[exits].all() and np.array_equal(full[ins], idx[ins_code]):
-            regions.hit(key)
+            regions.hit(sig, key)
             return entry, order
     return None
 
@@ -198,8 +217,6 @@ class ExitTrie:
     Args:
         starts: ``(exit node, region index before it, its byte)`` of exit nodes with children.
         trie: the trie they are nodes of.
-    Raises:
-        ValueError: more than ``MERGE_NODES`` trie nodes below the exit nodes (not worth it).
     """
 
     def __init__(self, starts: list[tuple[int, int, int]], trie: TokenTrie) -> None:
@@ -209,7 +226,6 @@ class ExitTrie:
         self.toks: list[list[int]] = []
         self.roots: list[tuple[int, int, int]] = []  # (region index, exit byte, merged root)
         root_of: dict[tuple[int, int], int] = {}
-        seen = 0
         for node, f, b in starts:
             r = root_of.get((f, b))
             if r is None:
@@ -219,9 +235,6 @@ class ExitTrie:
             while stack:
                 n, m = stack.pop()
                 lo = lo_[n]
-                seen += cnt_[n]
-                if seen > MERGE_NODES:
-                    raise ValueError("exit subtrees too large to merge")
                 kids = self.kids[m]
                 for c in range(lo, lo + cnt_[n]):
                     k = kids.get(byte_[c])
@@ -279,9 +292,7 @@ def exit_parts(entry: RegionEntry, trie: TokenTrie, words: int) -> tuple[np.ndar
         kids = np.flatnonzero(trie.child_cnt[entry.exit_nodes] > 0)
         nodes = entry.exit_nodes[kids]
         starts = list(zip(nodes.tolist(), entry.exit_from[kids].tolist(), trie.node_byte[nodes].tolist()))
-        try:
-            merged = ExitTrie(starts, trie)
-        except ValueError:
-            merged = None
+        below = int(trie.subtree_sizes()[nodes].sum()) - nodes.size
+        merged = ExitTrie(starts, trie) if below <= MERGE_NODES else None
         got = entry.exits = (base, merged, starts)
     return got

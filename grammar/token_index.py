@@ -41,6 +41,7 @@ FEW_NARROW = 4  # first visits of up to this many narrow states try Python walks
 FEW_LIVE = 16  # ... and those with this few live bytes before their two-byte cost (cold: 15-100 us)
 WIDE_NODES = 4_000  # states whose first two bytes lead to more trie nodes use the region path
 DENSE_NODES = 40_000  # ... and past this, the dense walk when there is no region
+MANY_EXITS = 1024  # regions with more exit nodes are walked below them as they come (no merged trie)
 TALL_SHARE = 2  # depth-limited shift matches: the long tokens' trie under 1/TALL_SHARE of the walk
 
 
@@ -257,6 +258,15 @@ class DfaIndex:
         rows = self._walker._rows
         if rows is None:
             return False
+        if entry.exit_nodes.size > MANY_EXITS:  # NOTE: a large region met by the search: nothing kept on it
+            e = self.trans[np.asarray(order, dtype=np.int64)[entry.exit_from], self.trie.node_byte[entry.exit_nodes]]
+            toks = self._walker.tokens(list(zip(entry.exit_nodes.tolist(), e.tolist())))
+            if toks is None:
+                return False
+            own = self.trie.node_token[entry.exit_nodes]
+            toks = np.unique(np.concatenate([own[own >= 0].astype(np.int64), np.asarray(toks, dtype=np.int64)]))
+            self.masks[s] = entry.internal | pack_few(toks, self.trie, self.words)
+            return True
         base, merged, starts = exit_parts(entry, self.trie, self.words)
         if merged is not None:
             toks = merged.tokens(rows, order)

@@ -171,6 +171,17 @@ class TokenTrie:
                                        self.node_byte.astype(np.int64))
         return got
 
+    def subtree_sizes(self) -> np.ndarray:
+        """int64 ``[n_nodes]``: nodes in each node's subtree, itself included (built once)."""
+        got = getattr(self, "_subtree_sizes", None)
+        if got is None:
+            got = np.ones(self.n_nodes, dtype=np.int64)
+            for lo, hi, parent, _ in reversed(self.levels()):  # NOTE: deepest first; parents sorted
+                plo, phi = int(parent[0]), int(parent[-1]) + 1
+                got[plo:phi] += np.bincount(parent - plo, weights=got[lo:hi], minlength=phi - plo).astype(np.int64)
+            self._subtree_sizes = got
+        return got
+
     def node_of_tokens(self) -> np.ndarray:
         """intp ``[tokenizer_size]``: :attr:`token_node` with the root (0) for tokens without a
         node, for gathers over the vocabulary (built once)."""
