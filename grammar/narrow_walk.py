@@ -195,6 +195,27 @@ def or_tokens(base: np.ndarray | None, tokens: list[int], trie: TokenTrie, words
     return out
 
 
+def edit_tokens(base: np.ndarray, clear: list[int], add: list[int], trie: TokenTrie, words: int) -> np.ndarray:
+    """int32 ``[words]``: ``base & ~pack(clear) | pack(add)`` (``pack``: the tokens' bits and
+    their byte-duplicates', as :func:`pack_few`); a new array. Bit by bit in Python up to
+    ``PY_PACK`` tokens in all (see :func:`or_tokens`)."""
+    if len(clear) + len(add) > PY_PACK:
+        out = base & ~pack_few(np.unique(np.asarray(clear, dtype=np.int64)), trie, words) if clear else base.copy()
+        return out | pack_few(np.unique(np.asarray(add, dtype=np.int64)), trie, words) if add else out
+    out = base.copy()
+    bits = memoryview(out.view(np.uint32))
+    dups = trie_view(trie).dups()
+    for t in clear:
+        bits[t >> 5] &= ~(1 << (t & 31)) & 0xFFFFFFFF
+        for u in dups.get(t, ()):
+            bits[u >> 5] &= ~(1 << (u & 31)) & 0xFFFFFFFF
+    for t in add:
+        bits[t >> 5] |= 1 << (t & 31)
+        for u in dups.get(t, ()):
+            bits[u >> 5] |= 1 << (u & 31)
+    return out
+
+
 def pack_few(tokens: np.ndarray, trie: TokenTrie, words: int) -> np.ndarray:
     """int32 ``[words]`` bitmask of a few *distinct* token ids (int64) and their byte-duplicates:
     the same mask as :func:`radixlm.grammar.mask_pack.pack_tokens`, without a vocabulary-sized

@@ -26,7 +26,7 @@ import numpy as np
 from radixlm.grammar.budget import check_budget
 from radixlm.grammar.chain_batch import share_by_depth_batch, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
-from radixlm.grammar.narrow_walk import NarrowWalker, or_tokens, pack_few
+from radixlm.grammar.narrow_walk import NarrowWalker, edit_tokens, or_tokens, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
 from radixlm.grammar.region_match import (build_entry, canonical_order, exit_parts, match_region, region_codes, register,
                                           within)
@@ -225,10 +225,7 @@ class DfaIndex:
         tokens, live = got
         if not tokens:
             return base  # NOTE: as delta_mask: the same array (tables dedup rows by identity)
-        out = base & ~pack_few(np.asarray(tokens, dtype=np.int64), self.trie, self.words)
-        if live:
-            out = out | pack_few(np.asarray(live, dtype=np.int64), self.trie, self.words)
-        return out
+        return edit_tokens(base, tokens, live, self.trie, self.words)
 
     def _matched(self, s: int) -> bool:
         """Mask of ``s`` through a cached region shape found without a search

@@ -6,7 +6,8 @@ exact.
   from the root, for string bodies in several contexts (property values, undeclared keys and
   values, array items: there the exit leads back into a string), on the default model's
   vocabulary and on DeepSeek-LLM's and GPT-2's where the shared data has them.
-- :func:`~radixlm.grammar.narrow_walk.or_tokens` equals :func:`~radixlm.grammar.narrow_walk.pack_few`,
+- :func:`~radixlm.grammar.narrow_walk.or_tokens` and :func:`~radixlm.grammar.narrow_walk.edit_tokens`
+  equal :func:`~radixlm.grammar.narrow_walk.pack_few`,
   and :class:`~radixlm.grammar.region_match.ExitTrie` finds the tokens of a walk below each exit
   node.
 - State costs computed one by one (first visits) equal the batched ones.
@@ -21,7 +22,7 @@ import pytest
 
 from radixlm.grammar import GrammarCompiler, region_match
 from radixlm.grammar.maskbench import DEFAULT_TOKENIZER, load_compiler, tokenizer_available
-from radixlm.grammar.narrow_walk import NarrowWalker, or_tokens, pack_few
+from radixlm.grammar.narrow_walk import NarrowWalker, edit_tokens, or_tokens, pack_few
 from radixlm.grammar.state_costs import StateCosts
 from radixlm.grammar.testing import dfa_states_along
 from radixlm.grammar.token_index import DfaIndex, pack_tokens, walk_from
@@ -76,6 +77,9 @@ def test_or_tokens_and_exit_trie(vocab: str) -> None:
         assert np.array_equal(or_tokens(None, toks, trie, words), want)
         base = rng.integers(-2**31, 2**31 - 1, size=words, dtype=np.int64).astype(np.int32)
         assert np.array_equal(or_tokens(base, toks, trie, words), base | want)
+        half = sorted(set(toks))[: n // 2]
+        clear = pack_few(np.asarray(half, dtype=np.int64), trie, words)
+        assert np.array_equal(edit_tokens(base, half, toks, trie, words), base & ~clear | want)
     engine = GrammarCompiler(info).compile_json_schema(json.dumps(SCHEMA)).engine
     idx = engine.index
     walker = NarrowWalker(idx.trans, idx.trie)
