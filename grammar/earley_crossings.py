@@ -7,12 +7,21 @@ from ``q``) and go on in the threads the column spawns there, possibly ending th
 below boundary nodes are cached per terminal path (column-free); which threads are spawned depends
 on the column.
 
-Spawns are computed on the :class:`~radixlm.grammar.earley_shadow.ShadowChart` first: the column
-unfolded ``SHADOW_DEPTH`` origin levels deep, so the same column shape at another nesting level
-(another request, a deeper object of a recursive schema) finds the crossings of its twin, with no
-new chart column. Where a token's completions would pop past the unfolded levels
-(:class:`~radixlm.grammar.earley_shadow.Opaque`), the state's crossings are computed on the real
-chart, as before; both give the same tokens (see the shadow module for why).
+With ``SHADOW_DEPTH`` > 0, spawns are computed on the
+:class:`~radixlm.grammar.earley_shadow.ShadowChart` first: the column unfolded that many origin
+levels deep, so the same column shape at another nesting level (a deeper object of a recursive
+schema) finds the crossings of its twin, with no new chart column. Where a token's completions
+would pop past the unfolded levels (:class:`~radixlm.grammar.earley_shadow.Opaque`), the state's
+crossings are computed on the real chart; both give the same tokens (see the shadow module).
+
+NOTE: off by default (0). On MaskBench (stride 20, deepseek-llm) it made first visits slower at
+every depth tried (1-16): Earley first visits there are new terminal states far more than new
+nesting levels (2,673 states, 2,662 distinct even modulo origins 4 levels deep), few thread
+crossings repeat on nodes (Github o2231: 165 of 336 at depth 3; sp_304: none), and bounded
+repetitions (``maxItems``: right-nested optional rules) pop one level per element written, so
+shallow unfoldings often end in Opaque and the state is computed twice (35% of mask computations
+at depth 4); deep ones share nothing across levels. Steps over 100 µs: 331 (off) against 444
+(depth 3), 467 (4), 490 (6), 447 (16).
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ class Crossings:
             try:
                 return self._shadow_crossings(threads)
             except Opaque:
-                self.shadow_stats[1] += 1
+                self.shadow_stats[2] += 1
         return self._real_crossings(threads)
 
     def _shadow(self) -> ShadowChart:
@@ -57,7 +66,8 @@ class Crossings:
             self._shadow_spawned: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
             self._shadow_first: dict[tuple, np.ndarray] = {}  # (root, node, t) -> tokens
             self._shadow_more: dict[tuple, np.ndarray] = {}  # (root, spawned node threads) -> tokens
-            self.shadow_stats = [0, 0]  # thread crossings found on nodes, states sent to the real chart
+            # threads looked up on nodes, found cached there, states sent to the real chart
+            self.shadow_stats = [0, 0, 0]
         elif sh.full() or len(self._shadow_first) + len(self._shadow_more) > CROSSING_CACHE:
             sh.clear()
             self._shadow_spawned.clear()
@@ -92,7 +102,7 @@ class Crossings:
                 every entry stored before is exact)."""
         sh = self._shadow()
         node_of, first, more_cache = sh.node_of, self._shadow_first, self._shadow_more
-        roots = self._roots
+        roots, stats = self._roots, self.shadow_stats
         got: list[np.ndarray] = []
         todo: dict[tuple, tuple[int, int, frozenset[Thread]]] = {}
         pending: list[tuple[tuple, tuple]] = []
@@ -103,6 +113,7 @@ class Crossings:
             if root is False:
                 continue
             k1 = (root, node_of(col), t)
+            stats[0] += 1
             hit = first.get(k1)
             if hit is None:
                 more = self._shadow_spawn(k1[1], t)[0]
@@ -116,9 +127,9 @@ class Crossings:
                     pending.append((k1, key))
                     continue
                 first[k1] = hit
+            stats[1] += 1
             if hit.size:
                 got.append(hit)
-        self.shadow_stats[0] += len(threads)
         if todo:
             new = self._walk_crossings(todo, self._shadow_spawn)
             more_cache.update(new)
