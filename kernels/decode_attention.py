@@ -6,9 +6,9 @@ Request ``b`` attends to positions ``[0, seq_lens[b])`` (its current token's KV 
 with a sliding ``window`` W > 0 to the last W of them, ``[max(0, seq_lens[b] - W), seq_lens[b])``
 (HF's convention: W keys including the query's own).
 
-Kernel: split-KV ("flash-decoding"). Stage 1 runs one program per (request, kv head, split); the
-program holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot``), walks its
-slice of the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. The
+Kernel: split-KV ("flash-decoding"). Stage 1 runs one program per (kv head, request, split); it
+holds the whole GQA group of query heads (padded to 16 rows for ``tl.dot``), walks its slice of
+the sequence through ``req_to_token`` and writes a partial output and log-sum-exp. The
 last split program of each (request, kv head) to finish merges the splits in the same launch
 (``one_launch``, arrival counters: ``decode_merge.py``); else stage 2, a second kernel, merges them
 per (request, head). With one split, stage 1 writes the output directly. With ``new_tokens``
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from radixlm.kernels._triton import FP8_KV, check_triton, dot, next_pow2, tl, triton
-from radixlm.kernels.decode_merge import _arrive_and_merge, default_num_kv_splits, split_counters
+from radixlm.kernels.decode_merge import _arrive_and_merge, _merge_split, default_num_kv_splits, split_counters
 from radixlm.kernels.rotary_store_kv import NewTokens, _rope_q_store_kv, new_token_args, rotary_store_kv_ref
 from radixlm.kernels.shared_prefix_attention import (
     SharedPrefix,
@@ -110,10 +110,11 @@ def _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED: tl.constexpr):
     return lo, hi
 
 
-# NOTE: serving varies what these arguments are per step (a mixed batch's decode tail is a view
-# at an odd row offset, the split count follows the batch), so specializing them (16-byte
-# alignment, ints by 1 / multiple of 16) compiled another variant in the middle of serving, about
-# a second each (benchmarks/mixed_steps.py). They are scalar loads and offsets: nothing to gain.
+# NOTE: H200 (bench_decode_attention.py): from 128 rows up, 128-key tiles run 1.05-1.3x faster than
+# 64-key ones (8B dims, 512 x 1,280 keys: 794 -> 667 us with heads-fastest launches); below, mixed
+LARGE_BATCH = 128
+# NOTE: not specialized: serving varies them per step (a decode tail at an odd row offset, splits
+# following the batch), and each variant compiled mid-serving (~1 s, benchmarks/mixed_steps.py).
 _ROW_PTRS = ["req_idx_ptr", "seq_lens_ptr", "start_ptr", "pos_ptr", "loc_ptr"]
 _SPLIT_INTS = ["window", "num_kv_splits", "stride_mlb", "stride_mlh"]
 
@@ -135,12 +136,16 @@ def _decode_stage1(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
     ONE_SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-    ROTARY: tl.constexpr,
+    ROTARY: tl.constexpr, HEADS_FASTEST: tl.constexpr,
 ):
     # NOTE: with ONE_SPLIT, mid_o_ptr is the final output (q.dtype) and there is no stage 2. With
     # MERGE, the last split of (b, kvh) to arrive merges into o_ptr and there is no stage 2 either.
-    b = tl.program_id(0)
-    kvh = tl.program_id(1)
+    if HEADS_FASTEST:
+        kvh = tl.program_id(0)
+        b = tl.program_id(1)
+    else:
+        b = tl.program_id(0)
+        kvh = tl.program_id(1)
     split = tl.program_id(2)
 
     lo, hi = _kv_range(seq_lens_ptr, start_ptr, b, window, HAS_SHARED)
@@ -204,18 +209,6 @@ def _decode_stage1(
                           stride_oh, GROUP, HEAD_DIM, BLOCK_D, BLOCK_S)
 
 
-@triton.jit
-def _merge_split(acc, l_i, m_i, lse_ptr, part_ptr, mask_d):
-    """Fold one split's partial output (``part_ptr``, normalized) and log2-sum-exp (``lse_ptr``)
-    into the running ``(acc, l_i, m_i)`` of stage 2 (flash-decoding's merge)."""
-    lse = tl.load(lse_ptr)
-    part = tl.load(part_ptr, mask=mask_d, other=0.0)
-    m_new = tl.maximum(m_i, lse)
-    alpha = tl.exp2(m_i - m_new)
-    w = tl.exp2(lse - m_new)
-    return acc * alpha + w * part, l_i * alpha + w, m_new
-
-
 # NOTE: num_shared_splits is not specialized either (as _decode_stage1's arguments above).
 @triton.jit(do_not_specialize=[*_SPLIT_INTS, "num_shared_splits"], do_not_specialize_on_alignment=_ROW_PTRS)
 def _decode_stage2(
@@ -265,7 +258,7 @@ def decode_attention(
     num_kv_splits: int | None = None,
     out: torch.Tensor | None = None,
     window: int = 0,
-    block_n: int = 64,
+    block_n: int | None = None,
     num_warps: int = 4,
     num_stages: int = 3,
     shared: SharedPrefix | None = None,
@@ -276,6 +269,7 @@ def decode_attention(
     one_launch: bool = False,
     counters: torch.Tensor | None = None,
     new_tokens: NewTokens | None = None,
+    heads_fastest: bool = True,
 ) -> torch.Tensor:
     """Attention of one query token per request over its KV in the pool (Triton).
 
@@ -291,7 +285,8 @@ def decode_attention(
             :func:`default_num_kv_splits`).
         out: optional ``[B, H, D]`` output buffer (e.g. a CUDA-graph static tensor).
         window: sliding window in keys (the query's own included); ``<= 0`` attends to all.
-        block_n, num_warps, num_stages: tuning knobs of stage 1.
+        block_n, num_warps, num_stages: tuning knobs of stage 1 (``block_n`` None: 128 keys per tile
+            from ``LARGE_BATCH`` rows up, else 64).
         shared: prefixes shared by chunks of rows (:class:`SharedPrefix`, its contract is not
             checked here: no host reads). Each shared K/V tile is read once per chunk (Hydragen /
             FlashInfer cascade attention); the result equals plain attention over ``[0, seq_len)``.
@@ -310,6 +305,9 @@ def decode_attention(
         new_tokens: each row's current token, not yet rotated nor stored (:class:`NewTokens`): the
             kernel rotates q (in registers; ``q`` is not modified) and k, and stores k, v into the
             pool before reading it (rotary + store_kv + attention in one launch; not with ``shared``).
+        heads_fastest: launch stage 1 as ``(KH, B, S)`` (default) instead of ``(B, KH, S)``: the
+            programs of a request's KV heads run together and read each token's adjacent head rows
+            at once (same result).
 
     Returns:
         ``[B, H, D]`` in ``q.dtype``; zeros for a request with ``seq_len == 0``.
@@ -342,6 +340,7 @@ def decode_attention(
     if B == 0:
         return out
     G = H // KH
+    block_n = block_n or (128 if B >= LARGE_BATCH else 64)
     S = num_kv_splits or default_num_kv_splits(B, KH, q.device)
     SS = 0
     if shared is not None:
@@ -349,7 +348,8 @@ def decode_attention(
     BLOCK_D = next_pow2(D)
     common = dict(GROUP=G, HEAD_DIM=D, BLOCK_H=max(16, next_pow2(G)), BLOCK_D=BLOCK_D, BLOCK_N=block_n,
                   IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
-                  HAS_SHARED=shared is not None, ROTARY=new_tokens is not None)
+                  HAS_SHARED=shared is not None, ROTARY=new_tokens is not None, HEADS_FASTEST=heads_fastest)
+    grid = (lambda s: (KH, B, s)) if heads_fastest else (lambda s: (B, KH, s))
     start = seq_lens if shared is None else shared.start  # (unread without shared)
     head = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, start)
     strides = (
@@ -359,7 +359,7 @@ def decode_attention(
         req_to_token.stride(0),
     )
     if S == 1 and shared is None:
-        _decode_stage1[(B, KH, 1)](
+        _decode_stage1[grid(1)](
             *head, out, out, out, out, *rope_ptrs, sm_scale * _LOG2E, 1, max(window, 0), *strides,
             out.stride(0), out.stride(1), 0, 0, 0, 0, 0, *rope_strides,
             ONE_SPLIT=True, MERGE=False, BLOCK_S=1, **common,
@@ -372,7 +372,7 @@ def decode_attention(
     mid_o = torch.empty((B, H, S + SS, D), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((B, H, S + SS), dtype=torch.float32, device=q.device)
     # NOTE: BLOCK_S at least 32 (the default split cap), so serving compiles one merging variant
-    _decode_stage1[(B, KH, S)](
+    _decode_stage1[grid(S)](
         *head, mid_o, mid_lse, out, counters if merge else mid_lse, *rope_ptrs, sm_scale * _LOG2E, S,
         max(window, 0), *strides, mid_o.stride(0), mid_o.stride(1), mid_o.stride(2),
         mid_lse.stride(0), mid_lse.stride(1), out.stride(0), out.stride(1), *rope_strides,

@@ -72,6 +72,18 @@ def default_num_kv_splits(batch: int, kv_heads: int, device: torch.device) -> in
 
 
 @triton.jit
+def _merge_split(acc, l_i, m_i, lse_ptr, part_ptr, mask_d):
+    """Fold one split's partial output (``part_ptr``, normalized) and log2-sum-exp (``lse_ptr``)
+    into the running ``(acc, l_i, m_i)`` of stage 2 (flash-decoding's merge)."""
+    lse = tl.load(lse_ptr)
+    part = tl.load(part_ptr, mask=mask_d, other=0.0)
+    m_new = tl.maximum(m_i, lse)
+    alpha = tl.exp2(m_i - m_new)
+    w = tl.exp2(lse - m_new)
+    return acc * alpha + w * part, l_i * alpha + w, m_new
+
+
+@triton.jit
 def _merge_group(
     mid_o_ptr, mid_lse_ptr, o_ptr, b, kvh, n_keys, split_len, num_kv_splits,
     stride_mob, stride_moh, stride_mos, stride_mlb, stride_mlh, stride_ob, stride_oh,

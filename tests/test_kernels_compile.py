@@ -23,6 +23,7 @@ def _compile_all() -> None:
     from radixlm.kernels.shared_prefix_attention import _shared_prefix_stage
     from radixlm.kernels.extend_attention import _extend_kernel
     from radixlm.kernels.rotary_store_kv import _rotary_store_kv_kernel
+    from radixlm.kernels.store_kv import _store_kv_kernel
 
     target = GPUTarget("cuda", 90, 32)
 
@@ -40,7 +41,8 @@ def _compile_all() -> None:
               "start_ptr": "*i64", "mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "num_kv_splits": "i32",
               "o_ptr": f"*{dt}", "counter_ptr": "*i32", "pos_ptr": "*i64", "cache_ptr": "*fp32", "loc_ptr": "*i64",
               "kn_ptr": f"*{dt}", "vn_ptr": f"*{dt}"}
-        consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee, ROTARY=False)
+        consts = dict(GROUP=4, HEAD_DIM=128, BLOCK_H=16, BLOCK_D=128, BLOCK_N=64, IEEE=ieee, ROTARY=False,
+                      HEADS_FASTEST=True)
         for shared in (False, True):
             build(_decode_stage1, d1,
                   {**consts, "ONE_SPLIT": False, "HAS_SHARED": shared, "MERGE": False, "BLOCK_S": 1})
@@ -51,6 +53,15 @@ def _compile_all() -> None:
         for rotary in (False, True):
             build(_decode_stage1, {**d1, "mid_o_ptr": f"*{dt}"},
                   {**consts, "ONE_SPLIT": True, "HAS_SHARED": False, "MERGE": False, "BLOCK_S": 1, "ROTARY": rotary})
+        if dt == "bf16":  # an fp8 KV pool (kv_cache_dtype): widened reads, saturating stores; grid (B, KH, S)
+            for pool in ("fp8e4nv", "fp8e5"):
+                f8 = {"k_ptr": f"*{pool}", "v_ptr": f"*{pool}"}
+                build(_decode_stage1, {**d1, **f8}, {**consts, "ONE_SPLIT": False, "HAS_SHARED": False, "MERGE": False,
+                                                     "BLOCK_S": 1, "ROTARY": True, "HEADS_FASTEST": False})
+                build(_extend_kernel, {**ext, **f8},
+                      dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, IEEE=False))
+                build(_store_kv_kernel, {"k_buf_ptr": f"*{pool}", "v_buf_ptr": f"*{pool}", "loc_ptr": "*i64",
+                                         "k_ptr": "*bf16", "v_ptr": "*bf16"}, dict(NUMEL=1024, BLOCK=1024))
         d2 = {"mid_o_ptr": "*fp32", "mid_lse_ptr": "*fp32", "o_ptr": f"*{dt}", "seq_lens_ptr": "*i64",
               "start_ptr": "*i64", "num_kv_splits": "i32", "num_shared_splits": "i32", "window": "i32"}
         for shared in (False, True):

@@ -1,0 +1,70 @@
+"""Decode attention launch configs across batch sizes and contexts (CUDA events, median).
+
+For Llama-3.1-8B and SmolLM2-135M attention dims, each ``(batch, context)`` and each stage-1 config
+``(block_n, num_warps, num_stages, heads_fastest)`` in ``CONFIGS``: the time of one
+``decode_attention`` call (both stages, each request's keys in one run of slots as in a fresh
+pool) and its ratio to the first config (the kernel's defaults before heads-fastest launches).
+
+    python benchmarks/bench_decode_attention.py [--kv-cache-dtype fp8_e4m3]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from radixlm.kernels.decode_attention import decode_attention
+
+DIMS = {"8B": (32, 8, 128), "135M": (9, 3, 64)}  # heads, KV heads, head_dim
+CONFIGS = [(64, 4, 3, False), (64, 4, 3, True), (128, 4, 3, True), (128, 8, 3, True)]
+
+
+def time_us(fn, iters: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", default="1,16,64,128,256,512")
+    ap.add_argument("--contexts", default="512,1280,4096")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3"])
+    ap.add_argument("--iters", type=int, default=15)
+    a = ap.parse_args()
+    dev = torch.device("cuda")
+    kv_dtype = torch.float8_e4m3fn if a.kv_cache_dtype == "fp8_e4m3" else torch.bfloat16
+    print(f"decode attention, KV {kv_dtype}, {torch.cuda.get_device_name()}; configs (block_n, warps, stages, "
+          f"heads_fastest): {CONFIGS}")
+    print("| dims | batch | context | " + " | ".join(f"cfg {i} us" for i in range(len(CONFIGS))) + " | best vs cfg 0 |")
+    print("|---|---|---|" + "---|" * (len(CONFIGS) + 1))
+    for name, (H, KH, D) in DIMS.items():
+        for L in map(int, a.contexts.split(",")):
+            for B in map(int, a.batches.split(",")):
+                if B * L > 1 << 21:  # NOTE: keep the pool within a few GiB
+                    continue
+                n = B * L
+                slots = (torch.arange(n, device=dev) + 1).int().view(B, L)
+                q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
+                k = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16).to(kv_dtype)
+                v = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16).to(kv_dtype)
+                rows, lens = torch.arange(B, device=dev), torch.full((B,), L, device=dev)
+                us = [time_us(lambda c=c: decode_attention(q, k, v, slots, rows, lens, D**-0.5, block_n=c[0],
+                                                           num_warps=c[1], num_stages=c[2], heads_fastest=c[3]),
+                              a.iters) for c in CONFIGS]
+                cells = " | ".join(f"{u:.1f}" for u in us)
+                print(f"| {name} | {B} | {L} | {cells} | {us[0] / min(us):.2f}x (cfg {us.index(min(us))}) |", flush=True)
+                del k, v
+
+
+if __name__ == "__main__":
+    main()
