@@ -304,9 +304,12 @@ class ContainerMixin(ExtrasMixin):
             # NOTE: undeclared pairs first, each followed by a comma, then any non-empty body (built
             # without its empty string, added back here): one body automaton after `{` and after
             # `{"x": 1, `, so the states after `{"` serve both; one copy of the lead pair (cold)
+            # (``Walk.size`` counts a share key once: registered here, the cold pairs leave the
+            # sizes of the objects around this one, and so their orders and budgets, as they were)
+            self.walk.size(("share", (uid, "leads"), EMPTY))
             leads = rep(cat(("share", (uid, "lead"), more), self.comma), 1, None)
             empty = EMPTY if not any(req for _, req in entries) else NOTHING
-            body = alt(cat(opt(cold(leads)), body), empty)
+            body = alt(cat(("share", (uid, "leads"), opt(cold(leads))), body), empty)
         elif lead is not None:  # NOTE: undeclared pairs (counted) or "$schema" first, then the orders above (cold)
             led = self._any_order(entries, sizes, shared_extras, uid, hi_p, offset=1,
                                   lead="lead" if counted else "join") if order_free else None
