@@ -223,8 +223,11 @@ class ContainerMixin(ExtrasMixin):
         gap = self.gap_pairs(pair, 2 * n)
         more, top = self.lead_pair(props, pats, pat_dfas, addl, names, (hi_p if hi_p is not None else max(lo_p, 1))
                                    if counted else None, pair) if free else (None, 0)
+        lead = self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None
+        if more is not None and lead is not None and any(k[:1] == "$" for k in props):
+            more = alt(more, lead)  # NOTE: "$schema" beside a declared "$id" (no "$" key is free first)
         lead_free = more is not None and not counted  # NOTE: see below
-        lead = more if more is not None else (self.schema_lead(props, pats, pat_dfas, addl, names) if relax else None)
+        lead = more if more is not None else lead
 
         def ordered(seq: list[tuple[Node, bool]], tag: int, led_by: int = 0) -> Node:
             """The body with the entries of ``seq`` in that order (each optional one may be
