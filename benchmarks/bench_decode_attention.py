@@ -11,27 +11,18 @@ pool) and its ratio to the first config (the kernel's defaults before heads-fast
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import torch
 
-from radixlm.kernels.decode_attention import decode_attention
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_kernels import gpu_time_us  # noqa: E402
+
+from radixlm.kernels.decode_attention import decode_attention  # noqa: E402
 
 DIMS = {"8B": (32, 8, 128), "135M": (9, 3, 64)}  # heads, KV heads, head_dim
 CONFIGS = [(64, 4, 3, False), (64, 4, 3, True), (128, 4, 3, True), (128, 8, 3, True)]
-
-
-def time_us(fn, iters: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -58,9 +49,9 @@ def main() -> None:
                 k = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16).to(kv_dtype)
                 v = torch.randn(n + 1, KH, D, device=dev, dtype=torch.bfloat16).to(kv_dtype)
                 rows, lens = torch.arange(B, device=dev), torch.full((B,), L, device=dev)
-                us = [time_us(lambda c=c: decode_attention(q, k, v, slots, rows, lens, D**-0.5, block_n=c[0],
-                                                           num_warps=c[1], num_stages=c[2], heads_fastest=c[3]),
-                              a.iters) for c in CONFIGS]
+                us = [gpu_time_us(lambda c=c: decode_attention(q, k, v, slots, rows, lens, D**-0.5, block_n=c[0],
+                                                               num_warps=c[1], num_stages=c[2], heads_fastest=c[3]),
+                                  reps=1, iters=a.iters, graph=False) for c in CONFIGS]
                 cells = " | ".join(f"{u:.1f}" for u in us)
                 print(f"| {name} | {B} | {L} | {cells} | {us[0] / min(us):.2f}x (cfg {us.index(min(us))}) |", flush=True)
                 del k, v

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import sys
 
 import torch
 
-from radixlm.kernels.decode_attention import decode_attention
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_kernels import gpu_time_us  # noqa: E402
+
+from radixlm.kernels.decode_attention import decode_attention  # noqa: E402
 
 
 def main() -> None:
@@ -55,16 +60,7 @@ def main() -> None:
             except Exception as e:  # NOTE: a config the compiler refuses (shared memory)
                 print(f"| {str(dtype)[6:]} | {block_n} | {warps} | {stages} | {hf} | {type(e).__name__} | | |")
                 continue
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(a.iters):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fn()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) * 1e3)
-            us = sorted(times)[len(times) // 2]
+            us = gpu_time_us(fn, reps=1, iters=a.iters, graph=False)
             if ref_us is None and dtype == torch.bfloat16 and (block_n, warps, stages, hf) == (64, 4, 3, False):
                 ref_us = us
             rel = f"{ref_us / us:.2f}x" if ref_us else "-"
