@@ -36,7 +36,7 @@ def match_cost(entry: RegionEntry) -> int:
 
 class RegionCache:
     """Per-tokenizer LRU of :class:`RegionEntry` keyed by the region's canonical shape, with an
-    index of shapes by the signature of their first row (:mod:`radixlm.grammar.region_match`)."""
+    index of shapes by the probe of their first row (:mod:`radixlm.grammar.region_match`)."""
 
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity

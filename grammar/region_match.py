@@ -32,7 +32,7 @@ from radixlm.grammar.region_cache import RegionCache, RegionEntry
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk
 
-SELF, DEAD, ELSE = 1, 2, 0  # per-byte classes of a row's signature
+SELF, DEAD, ELSE = 1, 2, 0  # classes of a row's targets in its probe (row_probe)
 MATCH_CHECKS = 3  # candidate shapes a first visit checks in full (numpy) before giving up
 MATCH_EXITS = 1024  # shapes with more exit nodes are not matched (register)
 MERGE_NODES = 1024  # exit subtrees of a shape merged (ExitTrie) up to this many trie nodes

@@ -28,8 +28,8 @@ from radixlm.grammar.chain_batch import share_by_depth_batch, share_whole
 from radixlm.grammar.mask_pack import pack_ids, pack_nodes, pack_pairs, pack_tokens  # noqa: F401 (re-exported)
 from radixlm.grammar.narrow_walk import NarrowWalker, edit_tokens, or_tokens, pack_few
 from radixlm.grammar.region_cache import RegionCache, RegionEntry  # noqa: F401 (re-exported)
-from radixlm.grammar.region_match import (build_entry, canonical_order, exit_parts, match_region, region_codes, register,
-                                          within)
+from radixlm.grammar.region_match import (build_entry, canonical_order, exit_parts, match_region, region_codes,
+                                          register, within)
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.state_costs import StateCosts, pair_cost, pair_costs
 from radixlm.grammar.token_delta import delta_mask, reference_state
@@ -303,7 +303,8 @@ class DfaIndex:
             pending = [p for p in pending if not self._few_exits(*p)]
             if not pending:
                 return
-        ex = [self.trans[np.asarray(o, dtype=np.int64)[en.exit_from], self.trie.node_byte[en.exit_nodes]].astype(np.int64)
+        byte_ = self.trie.node_byte
+        ex = [self.trans[np.asarray(o, dtype=np.int64)[en.exit_from], byte_[en.exit_nodes]].astype(np.int64)
               for _, en, o in pending]
         nodes = np.concatenate([en.exit_nodes for _, en, _ in pending])
         owner = np.repeat(np.arange(len(pending)), [en.exit_nodes.size for _, en, _ in pending])
