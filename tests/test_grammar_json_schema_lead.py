@@ -96,6 +96,9 @@ RAW: list[tuple[Any, str, bool]] = [
     # valid, refused by design: a first undeclared key never starts as a declared one does (the
     # states reading declared keys would allow any key: wide masks computed at compile time)
     (SMALL, '{"nick": 1, "name": "n"}', False),
+    (SEVEN, '{"a": 1, "bx": 2, "c": 3}', False),  # so is one between declared pairs (a single DFA)
+    (SEVEN, '{"a": 1, "x": 2, "c": 3}', True),
+    (SEVEN, '{"a": 1, "c": 3, "bx": 2}', True),  # after the declared ones: any undeclared key
 ]
 
 
