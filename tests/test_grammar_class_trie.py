@@ -79,3 +79,25 @@ def test_class_tries_cache_and_fallback(compiler) -> None:
     assert isinstance(a.regions, RegionCache)
     every_byte = np.arange(256, dtype=np.int32).reshape(1, 256).repeat(257, axis=0) % 257  # all classes distinct
     assert tries.get(info.trie, every_byte) is info.trie
+
+
+def test_byte_classes_blocked_equal_whole_columns(monkeypatch) -> None:
+    """Refining block by block gives the partition (and numbering) of whole-column comparison,
+    across block edges and for tables smaller or larger than a block."""
+    import radixlm.grammar.class_trie as ct
+
+    def plain(trans: np.ndarray) -> np.ndarray:
+        ids: dict[bytes, int] = {}
+        return np.asarray([ids.setdefault(c.tobytes(), len(ids)) for c in np.ascontiguousarray(trans.T)])
+
+    monkeypatch.setattr(ct, "BLOCK_ROWS", 7)
+    rng = np.random.default_rng(0)
+    for rows, patterns in ((1, 3), (7, 40), (50, 256), (200, 12), (203, 2)):
+        base = rng.integers(0, 5, size=(rows, patterns))
+        trans = base[:, rng.integers(0, patterns, size=256)].astype(np.int32)
+        if rows > 7:  # two columns equal except in the last block: told apart only there
+            trans[:, 200] = trans[:, 201]
+            trans[-1, 200] += 1
+        got = ct.byte_classes(trans)
+        assert np.array_equal(got, plain(trans)), (rows, patterns)
+
