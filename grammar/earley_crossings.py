@@ -7,28 +7,15 @@ from ``q``) and go on in the threads the column spawns there, possibly ending th
 below boundary nodes are cached per terminal path (column-free); which threads are spawned depends
 on the column.
 
-With ``SHADOW_DEPTH`` > 0, spawns are computed on the
-:class:`~radixlm.grammar.earley_shadow.ShadowChart` first: the column unfolded that many origin
-levels deep, so the same column shape at another nesting level (a deeper object of a recursive
-schema) finds the crossings of its twin, with no new chart column. Where a token's completions
-would pop past the unfolded levels (:class:`~radixlm.grammar.earley_shadow.Opaque`), the state's
-crossings are computed on the real chart; both give the same tokens (see the shadow module).
-
-NOTE: off by default (0). On MaskBench (stride 20, deepseek-llm) it made first visits slower at
-every depth tried (1-16): Earley first visits there are new terminal states far more than new
-nesting levels (2,673 states, 2,662 distinct even modulo origins 4 levels deep), few thread
-crossings repeat on nodes (Github o2231: 165 of 336 at depth 3; sp_304: none), and bounded
-repetitions (``maxItems``: right-nested optional rules) pop one level per element written, so
-shallow unfoldings often end in Opaque and the state is computed twice (35% of mask computations
-at depth 4); deep ones share nothing across levels. Steps over 100 µs: 331 (off) against 444
-(depth 3), 467 (4), 490 (6), 447 (16).
+NOTE: a mask key modulo deep origins (a "shadow chart": the column unfolded a few origin levels,
+so a deeper level of a recursive schema finds its twin's crossings) was built, exact, and made
+MaskBench's first visits slower at every depth: benchmarks/results/grammar_earley_first_visits.md.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from radixlm.grammar.earley_shadow import Opaque, ShadowChart
 from radixlm.grammar.earley_walk import TableWalker, distinct
 from radixlm.grammar.narrow_walk import trie_view
 from radixlm.grammar.token_index import walk_from
@@ -37,11 +24,10 @@ Thread = tuple[int, int, int]
 _NONE = np.zeros(0, dtype=np.int64)
 CROSSING_CACHE = 100_000  # cached crossings (per thread) and walks (per terminal path)
 PY_WALK_NODES = 64  # crossing walks below up to this many nodes try a Python walk first
-SHADOW_DEPTH = 0  # origin levels a column is unfolded to (see earley_shadow); 0: off (see its NOTE)
 
 
 class Crossings:
-    """Crossing tokens of matcher threads, on shadow nodes where exact, else on the real chart.
+    """Crossing tokens of matcher threads.
 
     Uses the engine's ``chart``, ``index``, ``trie``, ``terms``, ``stacked``, ``ignore``,
     ``spawn``, ``_spawn``, ``_roots``, ``_bound_ids``, ``_crossing``, ``_paths``, ``_path_ids``,
@@ -49,96 +35,6 @@ class Crossings:
     """
 
     def _crossings(self, threads: frozenset[Thread]) -> list[np.ndarray]:
-        """Token ids (int64, maybe repeated) crossing the end of each of ``threads``' terminals:
-        from the shadow chart (:meth:`_shadow_crossings`), or the real one where a walk would
-        need origins past the shadow's depth."""
-        if SHADOW_DEPTH:
-            try:
-                return self._shadow_crossings(threads)
-            except Opaque:
-                self.shadow_stats[2] += 1
-        return self._real_crossings(threads)
-
-    def _shadow(self) -> ShadowChart:
-        sh = self.__dict__.get("_shadow_chart")
-        if sh is None or sh.depth != SHADOW_DEPTH:
-            sh = self._shadow_chart = ShadowChart(self.chart, SHADOW_DEPTH)
-            self._shadow_spawned: dict[tuple[int, int], tuple[frozenset[Thread], bool]] = {}
-            self._shadow_first: dict[tuple, np.ndarray] = {}  # (root, node, t) -> tokens
-            self._shadow_more: dict[tuple, np.ndarray] = {}  # (root, spawned node threads) -> tokens
-            # threads looked up on nodes, found cached there, states sent to the real chart
-            self.shadow_stats = [0, 0, 0]
-        elif sh.full() or len(self._shadow_first) + len(self._shadow_more) > CROSSING_CACHE:
-            sh.clear()
-            self._shadow_spawned.clear()
-            self._shadow_first.clear()
-            self._shadow_more.clear()
-        return sh
-
-    def _shadow_spawn(self, node: int, term: int) -> tuple[frozenset[Thread], bool]:
-        """:meth:`spawn` on shadow node ``node`` (accepting: always False, never used for masks).
-
-        Raises:
-            Opaque: see :meth:`ShadowChart.advance`."""
-        key = (node, term)
-        got = self._shadow_spawned.get(key)
-        if got is None:
-            sh = self._shadow_chart
-            nxt = node if term in self.ignore else sh.advance(node, term)
-            if nxt is None:
-                got = (frozenset(), False)
-            else:
-                terms = sh.scan_terms[nxt] | self.ignore
-                got = (frozenset((nxt, t, self.terms[t].start) for t in terms), False)
-            self._shadow_spawned[key] = got
-        return got
-
-    def _shadow_crossings(self, threads: frozenset[Thread]) -> list[np.ndarray]:
-        """:meth:`_crossings` with every column replaced by its shadow node: cached per
-        ``(boundary root, node, terminal)``, then per ``(boundary root, spawned threads)``.
-
-        Raises:
-            Opaque: a spawn needed an origin past the shadow's depth (nothing wrong is cached:
-                every entry stored before is exact)."""
-        sh = self._shadow()
-        node_of, first, more_cache = sh.node_of, self._shadow_first, self._shadow_more
-        roots, stats = self._roots, self.shadow_stats
-        got: list[np.ndarray] = []
-        todo: dict[tuple, tuple[int, int, frozenset[Thread]]] = {}
-        pending: list[tuple[tuple, tuple]] = []
-        for col, t, q in threads:
-            root = roots.get((t, q))
-            if root is None:
-                root = self._root(t, q)
-            if root is False:
-                continue
-            k1 = (root, node_of(col), t)
-            stats[0] += 1
-            hit = first.get(k1)
-            if hit is None:
-                more = self._shadow_spawn(k1[1], t)[0]
-                if not more:
-                    first[k1] = _NONE
-                    continue
-                key = (root, more)
-                hit = more_cache.get(key)
-                if hit is None:
-                    todo[key] = (t, q, more)
-                    pending.append((k1, key))
-                    continue
-                first[k1] = hit
-            stats[1] += 1
-            if hit.size:
-                got.append(hit)
-        if todo:
-            new = self._walk_crossings(todo, self._shadow_spawn)
-            more_cache.update(new)
-            for k1, key in pending:
-                first[k1] = new[key]
-            got.extend(v for v in new.values() if v.size)
-        return got
-
-    def _real_crossings(self, threads: frozenset[Thread]) -> list[np.ndarray]:
         """:meth:`_crossings` on the real chart: cached per ``(boundary root, spawned threads)``,
         those not cached computed together (:meth:`_walk_crossings`)."""
         got: list[np.ndarray] = []
@@ -195,13 +91,9 @@ class Crossings:
             got = self._inner[(t, q)] = nodes[self.trie.child_cnt[nodes] > 0] if nodes.size else nodes
         return got
 
-    def _walk_crossings(self, roots: dict[tuple, tuple[int, int, frozenset[Thread]]],
-                        spawn=None) -> dict[tuple, np.ndarray]:
+    def _walk_crossings(self, roots: dict[tuple, tuple[int, int, frozenset[Thread]]]) -> dict[tuple, np.ndarray]:
         """Crossing tokens of each root ``(t, q, spawned threads)``, one trie level of the spawn
-        tree at a time: every walk of a level not cached yet is done in one batch. ``spawn``:
-        ``(column, terminal) -> (threads, accepting)`` (default: the real chart's
-        :meth:`spawn`; :meth:`_shadow_crossings` passes the shadow chart's, which may raise
-        :class:`~radixlm.grammar.earley_shadow.Opaque`).
+        tree at a time: every walk of a level not cached yet is done in one batch.
 
         NOTE: the walk below a boundary depends only on the terminal path that produced it (the
         root's boundary nodes, see :meth:`_root`, then each spawned ``(terminal, start state)``),
@@ -212,10 +104,7 @@ class Crossings:
         found: dict[tuple, list[np.ndarray]] = {key: [] for key in roots}
         frontier = [(key, key[0], self._inner_bounds(t, q), more) for key, (t, q, more) in roots.items()]
         pids, paths = self._path_ids, self._paths
-        if spawn is None:
-            spawned, spawn = self._spawn, self.spawn
-        else:
-            spawned = {}
+        spawned, spawn = self._spawn, self.spawn
         depth = 0
         while frontier and depth <= self.trie.max_depth:
             level: dict[int, tuple[np.ndarray, np.ndarray]] = {}
