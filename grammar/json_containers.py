@@ -300,6 +300,11 @@ class ContainerMixin(ExtrasMixin):
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
+            if not counted and any(req for _, req in entries):
+                # NOTE: schema order nearly kept, required properties included (a required one
+                # written a little late); without required ones the tail above is this already
+                near = window_order(entries, sizes, self.comma, shared_extras, uid, 0, RELAX_BUDGET)
+                body = alt(body, cold(near)) if near is not None else body
         if alpha is not None:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold)
             body = alt(body, cold(ordered(alpha, 2)))
@@ -330,8 +335,8 @@ class ContainerMixin(ExtrasMixin):
         many for that, nearly in order (:func:`radixlm.grammar.json_orders.window_order`); None
         when neither fits."""
         n_req = sum(1 for _, req in seq if req)
-        if self.grammar_mode or hi_p is not None and hi_p < n_req:
-            return None  # NOTE: a grammar's terminals get their masks at compile time, cold or not
+        if hi_p is not None and hi_p < n_req:
+            return None  # NOTE: in a grammar too (its large pairs are rules the orders refer to)
         tail = None
         if n_req:
             tail = self._any_order(seq[n_req:], sizes[n_req:], extras, uid, hi_p, offset=n_req,
