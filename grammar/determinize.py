@@ -125,7 +125,7 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
         # NOTE: the rows are gathered at the end straight into the table (their targets, inner or
         # barrier states, all have their ids now; ``lut`` entries never change once set)
         bulk_rows.append((first, fresh, lut, dfa, key))
-        check_budget("determinizing an automaton", 2 * fresh.size + len(barrier) + 10)
+        check_budget("determinizing an automaton", fresh.size + len(barrier) + 10)  # NOTE: ~1 per us
         return int(lut[t])
 
     def target(tgt: frozenset[int]) -> int:
@@ -154,7 +154,8 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
             work += sum(map(len, (e[2] for e in edges)))
         work += len(cur) + 2 * len(edges)
         if work > 4096:
-            check_budget("determinizing an automaton", work)
+            # NOTE: ~4 of these per us of CPU; a unit is meant as ~1 us (see budget.DEFAULT_UNITS)
+            check_budget("determinizing an automaton", work >> 2)
             work = 0
         for lo, hi, tgt in edges:
             t = ids_get(tgt)  # NOTE: most targets are known: a dict hit, no call
