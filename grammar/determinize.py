@@ -154,8 +154,7 @@ def determinize(nfa, start: int, final: int, bulk: bool = True) -> ByteDFA:
             work += sum(map(len, (e[2] for e in edges)))
         work += len(cur) + 2 * len(edges)
         if work > 4096:
-            # NOTE: ~4 of these per us of CPU; a unit is meant as ~1 us (see budget.DEFAULT_UNITS)
-            check_budget("determinizing an automaton", work >> 2)
+            check_budget("determinizing an automaton", work >> 2)  # NOTE: ~4 per us; a unit is ~1 us
             work = 0
         for lo, hi, tgt in edges:
             t = ids_get(tgt)  # NOTE: most targets are known: a dict hit, no call
