@@ -300,11 +300,6 @@ class ContainerMixin(ExtrasMixin):
             free_tail = self._required_first(seq, seq_sizes, shared_extras, uid, hi_p, counted)
             if free_tail is not None or seq != entries:
                 body = alt(body, cold(free_tail or ordered(seq, 1)))
-            if not counted and any(req for _, req in entries):
-                # NOTE: schema order nearly kept, required properties included (a required one
-                # written a little late); without required ones the tail above is this already
-                near = window_order(entries, sizes, self.comma, shared_extras, uid, 0, RELAX_BUDGET)
-                body = alt(body, cold(near)) if near is not None else body
         if alpha is not None:
             # NOTE: keys sorted as ``json.dumps(sort_keys=True)`` writes them (cold)
             body = alt(body, cold(ordered(alpha, 2)))
