@@ -19,8 +19,9 @@ Instances (``--formats``: JSON by default; YAML / TOML when they load to JSON da
 ``jsonschema`` (the schema's own draft, formats not asserted), not by their folder: valid ones
 should be accepted, invalid ones must never be (soundness first). Each is serialized with
 ``json.dumps`` and walked token by token (:func:`radixlm.grammar.maskbench.run_instance`: the filled
-bitmask must agree with ``accept_token`` at every step). ``--summary FILE`` summarizes a jsonl
-file without compiling anything.
+bitmask must agree with ``accept_token`` at every step); each step's mask time is recorded
+(``mask_us``) and summarized as MaskBench's mask p50 / p99 per request-step. ``--summary FILE``
+summarizes a jsonl file without compiling anything.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ def sweep_one(info: Any, tokenizer: Any, path: Path, args: argparse.Namespace) -
                 try:
                     res = run_instance(compiled, tokenizer, text, label, bitmask)
                     inst["accepted"] = res.accepted
+                    inst["mask_us"] = [round(t * 1e6) for t in res.mask_times]
                     if res.mismatch:
                         inst["mismatch"] = res.mismatch
                     if res.failed_at is not None:
@@ -235,6 +237,13 @@ def summarize(records: list[dict], top: int = 30) -> str:
                  f"schemas ({c['invalid']} in all)")
     lines.append(f"instances skipped (not loadable as JSON data) {c['skipped']}, unjudged (jsonschema "
                  f"failed) {c['unjudged']}, folder label disagrees with jsonschema {c['label_disagrees']}")
+    masks = sorted(t for r in records for i in r["instances"] for t in i.get("mask_us", ()))
+    if masks:
+        slow = collections.Counter({r["name"]: sum(t > 1000 for i in r["instances"] for t in i.get("mask_us", ()))
+                                    for r in records})
+        lines.append(f"mask per step ({len(masks)} steps, each schema's first compile): p50 {_pct(masks, .5)} us, "
+                     f"p99 {_pct(masks, .99)} us, max {masks[-1]} us; over 1 ms: "
+                     + ", ".join(f"{n} {k}" for k, n in slow.most_common(8) if n))
     lines += [f"  UNSOUND {x}" for x in unsound]
     lines += [f"  BUG {x}" for x in bugs]
     lines += [f"  REJECTED {x}" for x in rejected[:top]]
