@@ -30,7 +30,7 @@ class Chart:
         self.lhs = [lhs for lhs, _ in cfg.prods]
         self.nullable = self._nullable()
         # per column: items waiting on a symbol, the terminals it can scan, accepting flag
-        self.waiting: list[dict[int, list[Item]]] = []
+        self.waiting: list[dict[int, tuple[Item, ...]]] = []
         self.scan_terms: list[frozenset[int]] = []
         self.accepting: list[bool] = []
         self.memo: dict[tuple[int, int], int | None] = {}
@@ -61,7 +61,10 @@ class Chart:
         if got is not None:
             return got
         self.by_content[key] = k
-        self.waiting.append(waiting)
+        # NOTE: tuples of int tuples (and then their dicts) leave the cyclic GC's lists once it
+        # has seen them; lists stay: the columns of long outputs were ~70% of the objects the
+        # collector tracked, traversed by every full collection (grammar_corpus_walks.py)
+        self.waiting.append({s: tuple(v) for s, v in waiting.items()})
         self.scan_terms.append(frozenset(s for s in waiting if s >= 0))
         self.accepting.append(accepting)
         return k
