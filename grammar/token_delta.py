@@ -55,6 +55,34 @@ def delta_mask(trans: np.ndarray, trie: TokenTrie, words: int, s: int, g: int, b
     Returns:
         int32 ``[words]`` packed mask of ``s`` (stop tokens excluded, like ``base``).
     """
+    node, qs = divergent(trans, trie, s, g)
+    return _edit(base, node, qs != 0, trie, words, pack)
+
+
+def delta_bounds(trans: np.ndarray, trie: TokenTrie, words: int, s: int, g: int, base: np.ndarray,
+                 base_bounds: np.ndarray, accept: np.ndarray, pack) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask(s), bounds(s))`` from ``mask(g)`` and ``bounds(g)`` (the trie nodes after which
+    the DFA is accepting, as :meth:`radixlm.grammar.token_index.DfaIndex.boundary` keeps them for
+    an Earley terminal). Below the divergent nodes ``D`` both walks are in one state, so
+    ``bounds(s) = (bounds(g) - D) | {n in D : accepting after n from s}``.
+
+    Args:
+        base_bounds: int64 node ids, ``bounds(g)``.
+        accept: bool ``[n_states]`` accepting flags of ``trans``.
+    Returns:
+        the packed int32 ``[words]`` mask and the int64 node ids of ``s``.
+    """
+    node, qs = divergent(trans, trie, s, g)
+    mask = _edit(base, node, qs != 0, trie, words, pack)
+    if not node.size:
+        return mask, base_bounds
+    kept = base_bounds[~np.isin(base_bounds, node)]
+    return mask, np.concatenate([kept, node[accept[qs]]])
+
+
+def divergent(trans: np.ndarray, trie: TokenTrie, s: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """The trie nodes ``D`` whose bytes lead ``s`` and ``g`` to different states (int64 ids, by
+    depth), and the state of ``s`` after each (0: dead)."""
     flat = trans.reshape(-1)
     node = np.zeros(1, dtype=np.int64)
     qs = np.asarray([s], dtype=np.int64)
@@ -70,11 +98,17 @@ def delta_mask(trans: np.ndarray, trie: TokenTrie, words: int, s: int, g: int, b
         differ = ns != ng  # NOTE: equal states (both dead included): the subtree agrees with g
         node, qs, qg = kids[differ], ns[differ], ng[differ]
         nodes.append(node)
-        alive.append(qs != 0)
+        alive.append(qs)
     if not nodes:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    return np.concatenate(nodes), np.concatenate(alive)
+
+
+def _edit(base: np.ndarray, node: np.ndarray, ok: np.ndarray, trie: TokenTrie, words: int, pack) -> np.ndarray:
+    """``base`` with the tokens of ``node`` cleared, then set where ``ok``."""
+    if not node.size:
         return base
-    node = np.concatenate(nodes)
-    ok = np.concatenate(alive)
     tok = trie.node_token[node]
     has = tok >= 0
     if not has.any():

@@ -32,7 +32,7 @@ from radixlm.grammar.region_match import (build_entry, canonical_order, exit_par
                                           register, within)
 from radixlm.grammar.shift_classes import ShiftClasses
 from radixlm.grammar.state_costs import StateCosts, pair_cost, pair_costs
-from radixlm.grammar.token_delta import delta_mask, reference_state
+from radixlm.grammar.token_delta import delta_bounds, delta_mask, reference_state
 from radixlm.grammar.trie import TokenTrie
 from radixlm.grammar.trie_walks import dense_walk, walk_from  # noqa: F401 (re-exported)
 
@@ -180,6 +180,8 @@ class DfaIndex:
                 self.masks[s] = got
         pending: list[tuple[int, RegionEntry, list[int]]] = []
         for s in wide:  # NOTE: in state order, so a chain's copies find the earlier ones registered
+            if s in self.masks:  # NOTE: done already, as the reference of an earlier one (_wide)
+                continue
             if self._shifts is not None and self._shared(s):
                 continue
             check_budget("computing token masks", 300 + self.cost2(s) // 100)  # NOTE: no-op outside a compile
@@ -334,15 +336,24 @@ class DfaIndex:
     def _wide(self, s: int, pending: list) -> np.ndarray | None:
         """Mask of a wide state, or None when it was appended to ``pending`` (see
         :meth:`_finish_exits`)."""
-        if self.accept is None and s not in self._busy:
+        if s not in self._busy:
             g = reference_state(self.trans, self.costs.fill(np.asarray([s])), self.trie.byte_weight, s)
-            if g and g not in self._busy:
+            # NOTE: with boundaries, not a g of this batch still waiting for its exits (its
+            # boundary nodes are set, its mask not yet: _finish_exits completes both)
+            if g and g not in self._busy and (self.accept is None or g in self.masks or g not in self.bounds):
                 self._busy.add(s)
                 try:
                     base = self.mask(g)
+                    base_bounds = None if self.accept is None else self.boundary(g)
                 finally:
                     self._busy.discard(s)
-                return self._delta(s, g, base)
+                if base_bounds is None:
+                    return self._delta(s, g, base)
+                # NOTE: an Earley terminal's boundary nodes too (the key prefixes of "any key but
+                # the declared ones": one dense walk each, ~1 ms, before)
+                got, self.bounds[s] = delta_bounds(self.trans, self.trie, self.words, s, g, base, base_bounds,
+                                                   self.accept, pack_tokens)
+                return got
         region = self._region(s)
         succ_ptr, succ, _, _ = self._neighbours()
         if len(region) == 1 and s not in succ[succ_ptr[s] : succ_ptr[s + 1]].tolist():

@@ -248,3 +248,38 @@ def test_max_below_equals_scatter_max() -> None:
         for lo, hi, parent, _ in reversed(trie.levels()):
             np.maximum.at(want, parent, want[lo:hi])
         assert np.array_equal(tall_trie._max_below(trie), want)
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_terminal_boundaries_from_a_reference_equal_plain_walk(monkeypatch, batch: bool) -> None:
+    """An Earley terminal's states are derived from a reference state (``token_delta.delta_bounds``:
+    the key prefixes of "any key but the declared ones" in an open object of a grammar, each a
+    wide state off any cycle): their masks and boundary nodes, in one batch (references computed
+    inside it) or one by one, equal a plain walk of the whole trie from each state."""
+    from radixlm.grammar import token_delta
+    from radixlm.grammar.mask_pack import pack_tokens
+    from radixlm.grammar.trie_walks import walk_from
+
+    calls = []
+    real = token_index.delta_bounds
+    monkeypatch.setattr(token_index, "delta_bounds", lambda *a: calls.append(a[3]) or real(*a))
+    assert real is token_delta.delta_bounds
+    props = {f"{w}_{i}": {"type": "integer"} for i, w in enumerate(["listeners", "listen", "api", "ui", "data"])}
+    schema = {"type": "object", "properties": {**props, "child": {"$ref": "#"}}}
+    engine = load_compiler(DEFAULT_TOKENIZER).compile_json_schema(schema).engine
+    checked = 0
+    for idx in engine.index:
+        if idx.accept is None:
+            continue
+        fresh = DfaIndex(idx.trans, idx.trie, idx.words, RegionCache(), idx.accept)
+        states = list(range(1, idx.trans.shape[0]))
+        if batch:
+            fresh.compute(states)
+        for s in states:
+            got_mask, got_bounds = fresh.mask(s), fresh.boundary(s)
+            _, node, st = walk_from(idx.trans, idx.trie, np.zeros(1, np.int64), np.asarray([s]))
+            tok = idx.trie.node_token[node]
+            assert np.array_equal(got_mask, pack_tokens(tok[tok >= 0], idx.trie, idx.words)), s
+            assert set(got_bounds.tolist()) == set(node[idx.accept[st]].tolist()), s
+            checked += 1
+    assert checked and calls  # NOTE: the derived path ran
